@@ -1,0 +1,109 @@
+"""Attention capture: complete, exact, and leaving no trace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench import RNNConfig, build_model, build_rnn, capture_attention, hooks_remaining, preset
+
+
+@pytest.fixture
+def model_and_batch():
+    torch.manual_seed(0)
+    model = build_model(preset("tiny"), 50, 60).eval()
+    src = torch.randint(4, 50, (2, 7))
+    src[1, 4:] = 0
+    tgt = torch.randint(4, 60, (2, 5))
+    return model, src, tgt
+
+
+def test_outputs_bit_identical_and_no_hook_left(model_and_batch):
+    model, src, tgt = model_and_batch
+    plain = model(src, tgt)
+    with capture_attention(model, scores=True, qkv=True, resid=True) as cache:
+        captured = model(src, tgt)
+    assert torch.equal(plain, captured)
+    assert hooks_remaining(model) == 0
+    assert torch.equal(model(src, tgt), plain)
+    assert len(cache) > 0
+
+
+def test_every_kind_and_layer_recorded_with_shapes(model_and_batch):
+    model, src, tgt = model_and_batch
+    with capture_attention(model) as cache:
+        model(src, tgt)
+    H = model.cfg.n_heads
+    for layer in range(2):
+        assert cache["enc_self", layer].shape == (2, H, 7, 7)
+        assert cache["dec_self", layer].shape == (2, H, 5, 5)
+        assert cache["cross", layer].shape == (2, H, 5, 7)
+    assert torch.equal(cache["cross", -1], cache["cross", 1])
+    assert cache["enc_self", 0].device.type == "cpu" and not cache["enc_self", 0].requires_grad
+    # rows sum to one over allowed keys; padded keys get exactly zero
+    enc = cache["enc_self", 0]
+    torch.testing.assert_close(enc.sum(-1), torch.ones(2, H, 7))
+    assert torch.all(enc[1, :, :, 4:] == 0)
+    assert torch.all(cache["dec_self", 1].triu(1) == 0)
+    assert cache.stack("cross").shape == (2, 2, H, 5, 7)
+
+
+def test_selection_and_optional_fields(model_and_batch):
+    model, src, tgt = model_and_batch
+    with capture_attention(model, kinds=["cross"], layers=[-1], scores=True, qkv=True) as cache:
+        model(src, tgt)
+    assert cache.layers("cross") == [1]
+    assert ("enc_self", 0) not in cache
+    with pytest.raises(KeyError, match="not recorded"):
+        cache["cross", 0]
+    scores, q = cache["cross", 1, "scores"], cache["cross", 1, "q"]
+    assert q.shape == (2, model.cfg.n_heads, 5, model.cfg.head_dim)
+    k = cache["cross", 1, "k"]
+    torch.testing.assert_close(scores, q @ k.transpose(-2, -1) / model.cfg.head_dim**0.5)
+    with pytest.raises(ValueError, match="unknown attention kinds"):
+        with capture_attention(model, kinds=["encoder"]):
+            pass
+
+
+def test_residual_stream(model_and_batch):
+    model, src, tgt = model_and_batch
+    with capture_attention(model, kinds=[], resid=True) as cache:
+        memory = model.encode(src)
+    torch.testing.assert_close(cache["resid_enc", -1], memory)
+
+
+def test_hooks_removed_when_body_raises(model_and_batch):
+    model, src, tgt = model_and_batch
+    with pytest.raises(RuntimeError, match="boom"):
+        with capture_attention(model, scores=True, resid=True):
+            model(src, tgt)
+            raise RuntimeError("boom")
+    assert hooks_remaining(model) == 0
+
+
+def test_step_by_step_decoding_records_every_call(model_and_batch):
+    model, src, tgt = model_and_batch
+    src_mask = model.src_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = model.init_cache()
+    with capture_attention(model, kinds=["dec_self"]) as rec:
+        for t in range(3):
+            model.decode(tgt[:, t : t + 1], memory, src_mask, cache)
+    calls = rec.calls("dec_self", 0)
+    assert [c.shape[-1] for c in calls] == [1, 2, 3]
+
+
+def test_rnn_attention_through_same_api():
+    torch.manual_seed(0)
+    model = build_rnn(RNNConfig(d_model=16), 30, 40).eval()
+    src = torch.randint(4, 30, (2, 6))
+    src[0, 3:] = 0
+    tgt = torch.randint(4, 40, (2, 4))
+    plain = model(src, tgt)
+    with capture_attention(model) as cache:
+        out = model(src, tgt)
+    assert torch.equal(plain, out) and hooks_remaining(model) == 0
+    w = cache["rnn_cross", 0]
+    assert w.shape == (2, 1, 4, 6)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 1, 4))
+    assert torch.all(w[0, :, :, 3:] == 0)

@@ -1,0 +1,157 @@
+"""The Transformer against torch.nn references, and the properties that matter for translation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch import nn
+
+from workbench import ConfigError, build_model, count_parameters, preset
+from workbench.config import ModelConfig, TrainConfig
+from workbench.masks import attention_mask, causal_mask, to_nn_mask
+from workbench.model import DecoderLayer, EncoderLayer
+
+D, H, FF = 32, 4, 64
+
+
+def _map_state(ours: nn.Module, ref: nn.Module) -> None:
+    """Copy torch.nn layer weights into ours (names differ only for the FFN and cross-attention)."""
+    renames = {"linear1": "ff.linear1", "linear2": "ff.linear2", "multihead_attn": "cross_attn"}
+    state = {}
+    for name, value in ref.state_dict().items():
+        head, _, rest = name.partition(".")
+        state[f"{renames.get(head, head)}.{rest}"] = value
+    missing, unexpected = ours.load_state_dict(state, strict=False)
+    assert not unexpected and all("hook" in m for m in missing), (missing, unexpected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_equals_torch_nn(norm_first):
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=D, n_heads=H, d_ff=FF, n_enc_layers=1, n_dec_layers=1, dropout=0.1, norm_first=norm_first)
+    ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, batch_first=True, norm_first=norm_first).eval()
+    ours = EncoderLayer(cfg).eval()
+    _map_state(ours, ref)
+    x = torch.randn(3, 7, D)
+    keep = torch.arange(7)[None] < torch.tensor([7, 5, 3])[:, None]
+    ref_out = ref(x, src_key_padding_mask=to_nn_mask(keep))
+    out = ours(x, attention_mask(keep))
+    # torch.nn's fast path leaves padded positions as zeros or garbage: compare real positions
+    torch.testing.assert_close(out[keep], ref_out[keep], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_equals_torch_nn(norm_first):
+    torch.manual_seed(1)
+    cfg = ModelConfig(d_model=D, n_heads=H, d_ff=FF, n_enc_layers=1, n_dec_layers=1, dropout=0.1, norm_first=norm_first)
+    ref = nn.TransformerDecoderLayer(D, H, FF, dropout=0.1, batch_first=True, norm_first=norm_first).eval()
+    ours = DecoderLayer(cfg).eval()
+    _map_state(ours, ref)
+    x, mem = torch.randn(2, 6, D), torch.randn(2, 9, D)
+    keep = torch.arange(9)[None] < torch.tensor([9, 4])[:, None]
+    ref_out = ref(x, mem, tgt_mask=to_nn_mask(causal_mask(6)), memory_key_padding_mask=to_nn_mask(keep), tgt_is_causal=True)
+    out = ours(x, mem, src_mask=attention_mask(keep))
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
+    out_dense = ours(x, mem, src_mask=attention_mask(keep), tgt_mask=causal_mask(6))  # dense mask path too
+    torch.testing.assert_close(out_dense, ref_out, atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture
+def tiny_model():
+    torch.manual_seed(0)
+    return build_model(preset("tiny"), 50, 60).eval()
+
+
+def test_no_causal_leakage(tiny_model):
+    src = torch.randint(4, 50, (2, 8))
+    tgt = torch.randint(4, 60, (2, 10))
+    logits = tiny_model(src, tgt)
+    changed = tgt.clone()
+    changed[:, 6:] = torch.randint(4, 60, (2, 4))
+    logits2 = tiny_model(src, changed)
+    torch.testing.assert_close(logits[:, :6], logits2[:, :6], atol=0, rtol=0)
+    assert not torch.allclose(logits[:, 6:], logits2[:, 6:])
+
+
+def test_padding_invariance(tiny_model):
+    src = torch.randint(4, 50, (1, 6))
+    tgt = torch.randint(4, 60, (1, 5))
+    padded = torch.cat([src, torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(tiny_model(src, tgt), tiny_model(padded, tgt), atol=1e-5, rtol=1e-5)
+    memory = tiny_model.encode(padded)
+    torch.testing.assert_close(memory[:, :6], tiny_model.encode(src), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decoding_equals_full_decode(norm_first):
+    torch.manual_seed(3)
+    model = build_model(preset("tiny", norm_first=norm_first), 40, 40).eval()
+    src = torch.randint(4, 40, (3, 7))
+    src[2, 4:] = 0
+    tgt = torch.randint(4, 40, (3, 9))
+    src_mask = model.src_mask(src)
+    memory = model.encode(src, src_mask)
+    full = model.decode(tgt, memory, src_mask)
+    cache = model.init_cache(memory, src_mask)
+    steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache) for t in range(9)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == 9
+
+
+def test_weight_tying():
+    model = build_model(preset("tiny", tie_src_tgt=True), 30, 30)
+    assert model.generator.weight is model.tgt_embed.tokens.weight is model.src_embed.tokens.weight
+    untied = build_model(preset("tiny", tie_output=False), 30, 40)
+    assert untied.generator.weight is not untied.tgt_embed.tokens.weight
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        build_model(preset("tiny", tie_src_tgt=True), 30, 40)
+
+
+def test_paper_parameter_counts():
+    # paper Table 3: base 65M, big 213M, with a shared source-target vocabulary of about 37,000 tokens
+    base = build_model(preset("base", tie_src_tgt=True), 37000, 37000)
+    assert 61e6 < count_parameters(base) < 67e6
+    big = build_model(preset("big", tie_src_tgt=True), 37000, 37000)
+    assert 205e6 < count_parameters(big) < 220e6
+    assert preset("base").head_dim == 64 and preset("big").head_dim == 64
+    assert preset("big").dropout == 0.3
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("d_model", 30, "divisible by n_heads"),
+        ("dropout", -0.1, "probability"),
+        ("positional", "rotary", "sinusoidal"),
+        ("n_heads", 0, "positive integer"),
+        ("activation", "tanh", "relu"),
+    ],
+)
+def test_invalid_config_names_field_and_fix(field, value, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        preset("tiny", **{field: value})
+    assert field in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_config_roundtrip_and_presets():
+    cfg = preset("small")
+    assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_enc_layers, cfg.n_dec_layers) == (256, 8, 1024, 3, 3)
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="unknown"):
+        preset("huge")
+    with pytest.raises(ConfigError, match="unknown ModelConfig fields"):
+        ModelConfig.from_dict({**cfg.to_dict(), "d_modle": 3})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.d_model = 3  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="warmup_steps"):
+        TrainConfig(warmup_steps=0)
+
+
+def test_learned_positions_and_long_input():
+    model = build_model(preset("tiny", positional="learned", max_len=8), 20, 20)
+    assert model(torch.randint(4, 20, (1, 8)), torch.randint(4, 20, (1, 8))).shape == (1, 8, 20)
+    with pytest.raises(ValueError, match="max_len"):
+        model.encode(torch.randint(4, 20, (1, 9)))

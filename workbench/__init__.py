@@ -1,0 +1,62 @@
+"""Attention Workbench: an inspectable, paper-faithful Transformer for learning and research."""
+
+from __future__ import annotations
+
+from .attention import KVCache, MultiHeadAttention, attention_weights, scaled_dot_product_attention
+from .capture import AttentionCache, capture_attention, hooks_remaining
+from .config import PRESETS, ModelConfig, TrainConfig, preset
+from .errors import (
+    CheckpointError,
+    ChecksumError,
+    ConfigError,
+    DataError,
+    DecodingError,
+    InputTextError,
+    NotebookParameterError,
+    TrainingError,
+    WorkbenchError,
+)
+from .masks import attention_mask, causal_mask, padding_mask, to_nn_mask
+from .model import Transformer, build_model
+from .positional import distance_matrix, sinusoidal_table
+from .rnn import RNNConfig, RNNSeq2Seq, build_rnn
+from .runtime import count_parameters, resolve_device, set_seed
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionCache",
+    "CheckpointError",
+    "ChecksumError",
+    "ConfigError",
+    "DataError",
+    "DecodingError",
+    "InputTextError",
+    "KVCache",
+    "ModelConfig",
+    "MultiHeadAttention",
+    "NotebookParameterError",
+    "PRESETS",
+    "RNNConfig",
+    "RNNSeq2Seq",
+    "TrainConfig",
+    "TrainingError",
+    "Transformer",
+    "WorkbenchError",
+    "attention_mask",
+    "attention_weights",
+    "build_model",
+    "build_rnn",
+    "capture_attention",
+    "causal_mask",
+    "count_parameters",
+    "distance_matrix",
+    "hooks_remaining",
+    "padding_mask",
+    "preset",
+    "resolve_device",
+    "scaled_dot_product_attention",
+    "set_seed",
+    "sinusoidal_table",
+    "to_nn_mask",
+]

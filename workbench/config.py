@@ -1,0 +1,149 @@
+"""Frozen configurations and the paper's presets.
+
+Variants are made with :func:`dataclasses.replace`; checkpoints store ``dataclasses.asdict(cfg)``.
+``__post_init__`` only validates: it never seeds or touches global state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+ACTIVATIONS = ("relu", "gelu")
+
+
+def _check(cond: bool, field: str, value: Any, fix: str) -> None:
+    if not cond:
+        raise ConfigError(f"invalid {field}={value!r}: {fix}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and switches of the encoder-decoder Transformer (paper section 3)."""
+
+    d_model: int = 512  # width of every residual stream and embedding (paper: 512)
+    n_heads: int = 8  # attention heads per multi-head block (paper: h = 8)
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network (paper: 2048)
+    n_enc_layers: int = 6  # identical encoder layers (paper: N = 6)
+    n_dec_layers: int = 6  # identical decoder layers (paper: N = 6)
+    d_head: int | None = None  # per-head query/key/value width d_k = d_v; None means d_model // n_heads
+    dropout: float = 0.1  # P_drop on sub-layer outputs and on embeddings + positions (paper: 0.1)
+    attn_dropout: float = 0.0  # dropout on attention weights (not in the paper; 0 keeps fused kernels exact)
+    max_len: int = 256  # longest sequence the positional table covers (source or target, in tokens)
+    norm_first: bool = False  # False: post-LN, LayerNorm(x + Sublayer(x)) as in the paper; True: pre-LN
+    positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" (paper Table 3 row E)
+    scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (paper section 3.4)
+    tie_output: bool = True  # share the target embedding with the pre-softmax projection (paper 3.4)
+    tie_src_tgt: bool = False  # also share the source embedding (needs one joint vocabulary)
+    activation: str = "relu"  # feed-forward non-linearity: "relu" (paper) or "gelu"
+    layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value > 0, name, value, "use a positive integer")
+        if self.d_head is None:
+            _check(
+                self.d_model % self.n_heads == 0,
+                "d_model",
+                self.d_model,
+                f"d_model must be divisible by n_heads={self.n_heads} (or set d_head explicitly); "
+                f"try d_model={self.n_heads * max(1, round(self.d_model / self.n_heads))}",
+            )
+        else:
+            _check(isinstance(self.d_head, int) and self.d_head > 0, "d_head", self.d_head, "use a positive integer or None")
+        for name in ("dropout", "attn_dropout"):
+            value = getattr(self, name)
+            _check(isinstance(value, (int, float)) and 0.0 <= value < 1.0, name, value, "use a probability in [0, 1)")
+        _check(self.positional in POSITIONAL_KINDS, "positional", self.positional, f"choose one of {POSITIONAL_KINDS}")
+        _check(self.activation in ACTIVATIONS, "activation", self.activation, f"choose one of {ACTIVATIONS}")
+        _check(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "use a small positive number such as 1e-5")
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head width d_k = d_v (``d_head`` or ``d_model // n_heads``)."""
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown ModelConfig fields {unknown}: known fields are {sorted(known)}")
+        return cls(**data)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # tests: runs in milliseconds
+    "tiny": ModelConfig(d_model=32, n_heads=4, d_ff=64, n_enc_layers=2, n_dec_layers=2, dropout=0.0, max_len=128),
+    # CPU: trains on Multi30k in tens of minutes on a laptop
+    "small": ModelConfig(d_model=256, n_heads=8, d_ff=1024, n_enc_layers=3, n_dec_layers=3, dropout=0.1, max_len=256),
+    # paper Table 3, "base": N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, eps_ls=0.1
+    "base": ModelConfig(d_model=512, n_heads=8, d_ff=2048, n_enc_layers=6, n_dec_layers=6, dropout=0.1, max_len=512),
+    # paper Table 3, "big": N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3
+    "big": ModelConfig(d_model=1024, n_heads=16, d_ff=4096, n_enc_layers=6, n_dec_layers=6, dropout=0.3, max_len=512),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """Return a preset model config, optionally with fields replaced.
+
+    Args:
+        name: one of ``"tiny"``, ``"small"``, ``"base"``, ``"big"``.
+        **overrides: fields to replace (validated like any config).
+    """
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}: choose one of {sorted(PRESETS)}")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    bad = sorted(set(overrides) - known)
+    if bad:
+        raise ConfigError(f"unknown ModelConfig fields {bad}: known fields are {sorted(known)}")
+    return dataclasses.replace(PRESETS[name], **overrides)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training recipe (paper section 5)."""
+
+    max_tokens: int = 4096  # token budget per batch (source + target tokens, before padding)
+    epochs: int = 10  # passes over the training data (a time budget may stop earlier)
+    max_minutes: float | None = None  # wall-clock budget for training; None for no limit
+    lr_factor: float = 1.0  # multiplies the warm-up schedule d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    warmup_steps: int = 4000  # linear warm-up steps of the schedule (paper: 4000)
+    beta1: float = 0.9  # Adam beta1 (paper: 0.9)
+    beta2: float = 0.98  # Adam beta2 (paper: 0.98)
+    adam_eps: float = 1e-9  # Adam epsilon (paper: 1e-9)
+    weight_decay: float = 0.0  # decoupled weight decay (0 as in the paper)
+    label_smoothing: float = 0.1  # epsilon_ls (paper: 0.1)
+    grad_clip: float | None = 1.0  # max global gradient norm; None disables clipping
+    accum_steps: int = 1  # micro-batches accumulated per optimizer step
+    patience: int | None = None  # early stopping: epochs without val-loss improvement; None disables
+    eval_bleu: bool = True  # compute validation BLEU (greedy) at the end of each epoch
+    bleu_max_sentences: int | None = 500  # val sentences decoded for BLEU per epoch (None: all)
+    seed: int = 0  # seeds parameters, dropout and batch order
+    device: str = "auto"  # "auto" picks CUDA, then MPS, else CPU
+    amp: bool = True  # bf16 autocast on accelerators (never on CPU)
+    compile: bool = False  # torch.compile the model (helps large GPU runs, slows small ones)
+    log_every: int = 50  # optimizer steps between progress-bar updates of the loss
+
+    def __post_init__(self) -> None:
+        _check(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
+        _check(self.epochs > 0, "epochs", self.epochs, "use a positive number of epochs")
+        _check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", self.max_minutes, "use a positive number or None")
+        _check(self.lr_factor > 0, "lr_factor", self.lr_factor, "use a positive factor (the paper uses 1.0)")
+        _check(self.warmup_steps > 0, "warmup_steps", self.warmup_steps, "use a positive number of steps (paper: 4000)")
+        _check(0.0 <= self.beta1 < 1.0, "beta1", self.beta1, "use a value in [0, 1)")
+        _check(0.0 <= self.beta2 < 1.0, "beta2", self.beta2, "use a value in [0, 1)")
+        _check(self.adam_eps > 0, "adam_eps", self.adam_eps, "use a small positive number such as 1e-9")
+        _check(0.0 <= self.label_smoothing < 1.0, "label_smoothing", self.label_smoothing, "use a value in [0, 1)")
+        _check(self.grad_clip is None or self.grad_clip > 0, "grad_clip", self.grad_clip, "use a positive norm or None")
+        _check(self.accum_steps >= 1, "accum_steps", self.accum_steps, "use 1 or more")
+        _check(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
+        _check(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")

@@ -1,0 +1,43 @@
+"""Exception families of the workbench.
+
+Every error a user can cause has its own type and a message that names the bad value and the fix.
+Each family also derives from the closest built-in exception, so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class WorkbenchError(Exception):
+    """Base class of every error raised on purpose by the workbench."""
+
+
+class ConfigError(WorkbenchError, ValueError):
+    """An invalid configuration value (model, training or data config)."""
+
+
+class DataError(WorkbenchError, ValueError):
+    """Missing, corrupt or malformed data files."""
+
+
+class ChecksumError(DataError):
+    """A downloaded or local data file does not match its published SHA-256."""
+
+
+class CheckpointError(WorkbenchError, ValueError):
+    """A checkpoint that cannot be read, is not ours, or does not fit the model."""
+
+
+class InputTextError(WorkbenchError, ValueError):
+    """Input text that cannot be translated or tokenized as asked."""
+
+
+class DecodingError(WorkbenchError, ValueError):
+    """Invalid decoding settings (beam size, maximum length...)."""
+
+
+class TrainingError(WorkbenchError, RuntimeError):
+    """Training cannot go on (non-finite loss, diverged run...)."""
+
+
+class NotebookParameterError(WorkbenchError, ValueError):
+    """A misspelt or ill-typed notebook parameter."""

@@ -1,0 +1,238 @@
+"""The encoder-decoder Transformer of the paper (Figure 1), readable top to bottom.
+
+``Transformer.encode`` maps source tokens to ``memory``; ``Transformer.decode`` maps target tokens and memory
+to next-token logits, optionally step by step with a key/value cache; ``forward`` does both (teacher forcing).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import KVCache, MultiHeadAttention
+from .capture import HookPoint, tap
+from .config import ModelConfig
+from .masks import padding_mask
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately (paper 3.3)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = F.relu if activation == "relu" else F.gelu
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: (B, T, d_model) -> (B, T, d_model)."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each wrapped in residual + LayerNorm (post-LN, or pre-LN)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
+        self.self_attn.capture_kind, self.self_attn.capture_layer = "enc_self", layer
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+        self.hook_resid = HookPoint()
+        self.capture_kind, self.capture_layer = "resid_enc", layer
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Shapes: x (B, S, d_model), src_mask (B, 1, 1, S) bool -> (B, S, d_model)."""
+        if self.norm_first:
+            x = x + self.dropout1(self.self_attn(self.norm1(x), mask=src_mask)[0])
+            x = x + self.dropout2(self.ff(self.norm2(x)))
+        else:
+            x = self.norm1(x + self.dropout1(self.self_attn(x, mask=src_mask)[0]))
+            x = self.norm2(x + self.dropout2(self.ff(x)))
+        return tap(self.hook_resid, x)
+
+
+@dataclass
+class LayerCache:
+    """Key/value caches of one decoder layer."""
+
+    self_attn: KVCache = field(default_factory=lambda: KVCache(static=False))
+    cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder (cross) attention, feed-forward; each with residual + LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
+        self.self_attn.capture_kind, self.self_attn.capture_layer = "dec_self", layer
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
+        self.cross_attn.capture_kind, self.cross_attn.capture_layer = "cross", layer
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+        self.dropout3 = nn.Dropout(cfg.dropout)
+        self.hook_resid = HookPoint()
+        self.capture_kind, self.capture_layer = "resid_dec", layer
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        """Shapes: x (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
+
+        ``tgt_mask`` None means causal (the fused kernel's ``is_causal``); pass a boolean (.., T, T) mask to
+        override it (e.g. to compare with a reference implementation).
+        """
+        causal = tgt_mask is None
+        sa_cache = cache.self_attn if cache is not None else None
+        ca_cache = cache.cross_attn if cache is not None else None
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(h, mask=tgt_mask, is_causal=causal, cache=sa_cache)[0])
+            x = x + self.dropout2(self.cross_attn(self.norm2(x), memory, mask=src_mask, cache=ca_cache)[0])
+            x = x + self.dropout3(self.ff(self.norm3(x)))
+        else:
+            x = self.norm1(x + self.dropout1(self.self_attn(x, mask=tgt_mask, is_causal=causal, cache=sa_cache)[0]))
+            x = self.norm2(x + self.dropout2(self.cross_attn(x, memory, mask=src_mask, cache=ca_cache)[0]))
+            x = self.norm3(x + self.dropout3(self.ff(x)))
+        return tap(self.hook_resid, x)
+
+
+@dataclass
+class DecoderCache:
+    """Everything the decoder keeps between steps: per-layer K/V caches and the number of tokens fed."""
+
+    layers: list[LayerCache]
+    length: int = 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in every cache (beam search)."""
+        for layer in self.layers:
+            layer.self_attn.reorder(index)
+            layer.cross_attn.reorder(index)
+
+
+class Embedding(nn.Module):
+    """Token embedding (times sqrt(d_model)) plus positional encoding, then dropout (paper 3.4, 3.5)."""
+
+    def __init__(self, vocab_size: int, cfg: ModelConfig, pad_id: int) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
+        with torch.no_grad():
+            self.tokens.weight[pad_id].zero_()
+        pe_cls = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
+        self.positional = pe_cls(cfg.d_model, cfg.max_len)
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """Shapes: (B, T) ids -> (B, T, d_model)."""
+        return self.dropout(self.positional(self.tokens(tokens) * self.scale, offset=offset))
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer. Build it with :func:`build_model`."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0) -> None:
+        super().__init__()
+        self.cfg, self.pad_id = cfg, pad_id
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        self.tgt_embed = Embedding(tgt_vocab_size, cfg, pad_id)
+        if cfg.tie_src_tgt:
+            if src_vocab_size != tgt_vocab_size:
+                raise ValueError(
+                    f"tie_src_tgt=True needs one joint vocabulary, got src_vocab_size={src_vocab_size} and "
+                    f"tgt_vocab_size={tgt_vocab_size}: train a joint tokenizer or set tie_src_tgt=False"
+                )
+            self.src_embed = Embedding(src_vocab_size, cfg, pad_id)
+            self.src_embed.tokens = self.tgt_embed.tokens
+        else:
+            self.src_embed = Embedding(src_vocab_size, cfg, pad_id)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_enc_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_dec_layers))
+        # pre-LN stacks need a final LayerNorm (post-LN layers already end in one)
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+        self.generator = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        if cfg.tie_output:
+            self.generator.weight = self.tgt_embed.tokens.weight
+        else:
+            nn.init.normal_(self.generator.weight, std=cfg.d_model**-0.5)
+
+    # -- the two halves ------------------------------------------------------------------------------------------
+    def src_mask(self, src: Tensor) -> Tensor:
+        """Shapes: (B, S) -> (B, 1, 1, S) bool, True at real source tokens."""
+        return padding_mask(src, self.pad_id)[:, None, None, :]
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Shapes: src (B, S) ids -> memory (B, S, d_model)."""
+        src_mask = self.src_mask(src) if src_mask is None else src_mask
+        x = self.src_embed(src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def init_cache(self, memory: Tensor | None = None, src_mask: Tensor | None = None) -> DecoderCache:
+        """An empty cache for step-by-step decoding (cross-attention K/V fill in at the first step)."""
+        return DecoderCache([LayerCache() for _ in self.decoder_layers])
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Next-token logits for every target position.
+
+        Without a cache, ``tgt`` is the whole prefix (causal masking inside). With a cache, ``tgt`` holds only
+        the tokens not fed yet and positions continue from ``cache.length``.
+
+        Shapes:
+            tgt (B, T) ids, memory (B, S, d_model), src_mask (B, 1, 1, S) -> logits (B, T, V)
+        """
+        offset = cache.length if cache is not None else 0
+        x = self.tgt_embed(tgt, offset=offset)
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer(x, memory, src_mask, cache=cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.length += tgt.shape[1]
+        return self.generator(self.decoder_norm(x))
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher forcing. Shapes: src (B, S), tgt (B, T) shifted-right target -> logits (B, T, V)."""
+        src_mask = self.src_mask(src)
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0) -> Transformer:
+    """The model factory: a :class:`Transformer` with Xavier-initialised projections."""
+    for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
+        if not isinstance(value, int) or value <= pad_id:
+            raise ValueError(f"invalid {name}={value!r}: use the tokenizer's vocabulary size (> pad_id={pad_id})")
+    model = Transformer(cfg, src_vocab_size, tgt_vocab_size, pad_id)
+    for name, p in model.named_parameters():
+        if p.dim() > 1 and "tokens" not in name and "embedding" not in name and "generator" not in name:
+            nn.init.xavier_uniform_(p)
+    return model

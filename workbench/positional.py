@@ -1,0 +1,99 @@
+"""Positional encodings (paper section 3.5): the sinusoidal table, a learned alternative, distance matrices."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """The paper's table: PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)).
+
+    Works for odd ``d_model`` too (the last column is a sine).
+
+    Shapes:
+        -> (max_len, d_model) float32
+    """
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (T, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
+    angle = position / base ** (two_i / d_model)  # (T, ceil(D/2))
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+def distance_matrix(table: Tensor) -> Tensor:
+    """Euclidean distance between every pair of position vectors.
+
+    Shapes:
+        table: (T, D) -> (T, T)
+    """
+    t = table.double()
+    return torch.cdist(t, t, compute_mode="donot_use_mm_for_euclid_dist").to(table.dtype)
+
+
+def rotation_matrix(k: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """The linear map M_k with PE[p + k] = PE[p] @ M_k.T for every p (block-diagonal 2x2 rotations).
+
+    Shapes:
+        -> (d_model, d_model), even d_model only
+    """
+    if d_model % 2:
+        raise ValueError(f"rotation_matrix needs an even d_model, got {d_model}")
+    freq = 1.0 / base ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    cos, sin = torch.cos(k * freq), torch.sin(k * freq)
+    i = torch.arange(0, d_model, 2)
+    # sin(a+b) = sin a cos b + cos a sin b ; cos(a+b) = cos a cos b - sin a sin b
+    m[i, i], m[i, i + 1] = cos, sin
+    m[i + 1, i], m[i + 1, i + 1] = -sin, cos
+    return m.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table (a non-persistent buffer, so checkpoints stay small)."""
+
+    def __init__(self, d_model: int, max_len: int) -> None:
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Shapes: x (B, T, D) -> (B, T, D); positions offset..offset+T-1."""
+        T = x.shape[1]
+        if offset + T > self.table.shape[0]:
+            raise ValueError(
+                f"sequence of {offset + T} positions exceeds max_len={self.table.shape[0]}: "
+                "shorten the input or build the model with a larger max_len"
+            )
+        return x + self.table[offset : offset + T].to(x.dtype)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """Adds a trained embedding per position (paper Table 3, row E)."""
+
+    def __init__(self, d_model: int, max_len: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+
+    @property
+    def table(self) -> Tensor:
+        return self.embedding.weight
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Shapes: x (B, T, D) -> (B, T, D)."""
+        T = x.shape[1]
+        if offset + T > self.embedding.num_embeddings:
+            raise ValueError(
+                f"sequence of {offset + T} positions exceeds max_len={self.embedding.num_embeddings}: "
+                "shorten the input or build the model with a larger max_len"
+            )
+        return x + self.embedding.weight[offset : offset + T].to(x.dtype)
+
+
+def expected_norm(d_model: int) -> float:
+    """Every sinusoidal row has norm sqrt(d_model / 2) (each sin/cos pair has norm 1)."""
+    return math.sqrt(d_model / 2)
