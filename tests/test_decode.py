@@ -1,0 +1,85 @@
+"""Greedy and beam search: cache agreement, paper settings, edge cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench import DecodingError, InputTextError, RNNConfig, build_model, build_rnn, preset
+from workbench.decode import beam_search, greedy_decode, length_penalty
+
+
+@pytest.fixture(params=["transformer", "rnn"])
+def model(request):
+    torch.manual_seed(0)
+    if request.param == "rnn":
+        return build_rnn(RNNConfig(d_model=32, n_layers=2, max_len=64), 40, 40).eval()
+    return build_model(preset("tiny", max_len=64), 40, 40).eval()
+
+
+@pytest.fixture
+def src():
+    g = torch.Generator().manual_seed(1)
+    s = torch.randint(4, 40, (4, 9), generator=g)
+    s[1, 5:] = 0
+    s[3, 2:] = 0
+    return s
+
+
+def test_cached_and_uncached_greedy_identical(model, src):
+    a = greedy_decode(model, src, max_extra=12, use_cache=True)
+    b = greedy_decode(model, src, max_extra=12, use_cache=False)
+    assert torch.equal(a, b)
+
+
+def test_cached_and_uncached_beam_identical(model, src):
+    a, sa = beam_search(model, src, beam=4, max_extra=12, use_cache=True, return_scores=True)
+    b, sb = beam_search(model, src, beam=4, max_extra=12, use_cache=False, return_scores=True)
+    assert torch.equal(a, b)
+    torch.testing.assert_close(sa, sb, atol=1e-5, rtol=1e-5)
+
+
+def test_beam_one_equals_greedy(model, src):
+    assert torch.equal(beam_search(model, src, beam=1, max_extra=10), greedy_decode(model, src, max_extra=10))
+
+
+def test_length_budget_is_source_length_plus_extra(model, src):
+    out = greedy_decode(model, src, max_extra=3)
+    real = (src != 0).sum(-1)
+    for row, n in zip(out, real.tolist(), strict=True):
+        kept = row[row != 0]
+        assert len(kept) <= n + 3 and kept[-1].item() == 3  # always ends in eos, within the budget
+        if len(kept) < n + 3:
+            assert (kept == 3).sum() == 1  # stopped early only because the model chose eos
+
+
+def test_beam_finds_score_at_least_greedy(src):
+    torch.manual_seed(5)
+    model = build_model(preset("tiny", max_len=64), 40, 40).eval()
+    greedy = greedy_decode(model, src, max_extra=6)
+    best, scores = beam_search(model, src, beam=5, alpha=0.0, max_extra=6, return_scores=True)
+
+    def logprob(seq_row, b):
+        tgt = torch.cat([torch.tensor([2]), seq_row])
+        eos = (seq_row == 3).nonzero()
+        n = int(eos[0]) + 1 if len(eos) else len(seq_row)
+        logits = model(src[b : b + 1], tgt[None, :n])
+        return torch.log_softmax(logits[0], -1).gather(1, seq_row[:n, None]).sum().item()
+
+    for b in range(src.shape[0]):
+        assert scores[b].item() == pytest.approx(logprob(best[b], b), abs=1e-4)  # alpha=0: raw log-prob
+        assert scores[b].item() >= logprob(greedy[b], b) - 1e-4
+
+
+def test_bad_settings_raise_clear_errors(model, src):
+    with pytest.raises(DecodingError, match="beam size 0"):
+        beam_search(model, src, beam=0)
+    with pytest.raises(DecodingError, match="larger than the target vocabulary"):
+        beam_search(model, src, beam=41)
+    with pytest.raises(InputTextError, match="max_len"):
+        greedy_decode(model, torch.randint(4, 40, (1, 65)))
+
+
+def test_length_penalty_formula():
+    assert length_penalty(torch.tensor(1), 0.6).item() == pytest.approx(1.0)
+    assert length_penalty(torch.tensor(10), 0.6).item() == pytest.approx((15 / 6) ** 0.6)
