@@ -163,6 +163,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
+        self.hook_z = HookPoint()  # per-head outputs (B, H, Tq, d_head) before W^O
         self.capture_kind: str | None = None  # set by the model: "enc_self", "dec_self" or "cross"
         self.capture_layer: int = 0
         nn.init.xavier_uniform_(self.in_proj_weight)
@@ -236,6 +237,8 @@ class MultiHeadAttention(nn.Module):
             scores_hook=self.hook_scores,
             pattern_hook=self.hook_pattern,
         )
+        if self.hook_z._forward_hooks:
+            out = self.hook_z(out)  # per-head outputs: head gating and ablation hook in here
         B, H, Tq, Dh = out.shape
         out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H * d_head)
         return self.out_proj(out), weights
