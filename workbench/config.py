@@ -132,6 +132,7 @@ class TrainConfig:
     amp: bool = True  # bf16 autocast on accelerators (never on CPU)
     compile: bool = False  # torch.compile the model (helps large GPU runs, slows small ones)
     log_every: int = 50  # optimizer steps between progress-bar updates of the loss
+    checkpoint_every: int | None = None  # also save a checkpoint every N optimizer steps (for averaging)
 
     def __post_init__(self) -> None:
         _check(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
@@ -147,3 +148,4 @@ class TrainConfig:
         _check(self.accum_steps >= 1, "accum_steps", self.accum_steps, "use 1 or more")
         _check(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
         _check(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
+        _check(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")

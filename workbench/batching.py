@@ -1,0 +1,114 @@
+"""Batches: shifted targets, masks, token counts, and length-bucketed token-budget batching."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    """One training batch. ``tgt_in`` is the target shifted right (starts with bos), ``tgt_out`` the next tokens.
+
+    Shapes:
+        src (B, S), tgt_in (B, T), tgt_out (B, T)
+    """
+
+    src: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    pad_id: int = 0
+
+    @property
+    def src_mask(self) -> Tensor:
+        """(B, 1, 1, S) True at real source tokens."""
+        return (self.src != self.pad_id)[:, None, None, :]
+
+    @property
+    def n_src_tokens(self) -> int:
+        return int((self.src != self.pad_id).sum())
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        """Tokens the loss is computed on (non-padding targets)."""
+        return int((self.tgt_out != self.pad_id).sum())
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        return Batch(
+            self.src.to(device, non_blocking=non_blocking),
+            self.tgt_in.to(device, non_blocking=non_blocking),
+            self.tgt_out.to(device, non_blocking=non_blocking),
+            self.pad_id,
+        )
+
+    def pin_memory(self) -> Batch:
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.pad_id)
+
+
+def pad_to_tensor(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
+    """Right-pad id lists into a (B, max_len) long tensor."""
+    width = max((len(s) for s in seqs), default=0)
+    out = torch.full((len(seqs), max(width, 1)), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+def make_batch(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], pad_id: int = 0) -> Batch:
+    """Build a :class:`Batch` from id lists; targets are ``[bos, y1 .. yn, eos]`` as the tokenizer encodes them."""
+    tgt = pad_to_tensor(tgt_ids, pad_id)  # (B, T + 1)
+    return Batch(pad_to_tensor(src_ids, pad_id), tgt[:, :-1], tgt[:, 1:], pad_id)
+
+
+def token_batches(
+    src_lens: Sequence[int],
+    tgt_lens: Sequence[int],
+    max_tokens: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    world_size: int = 1,
+    rank: int = 0,
+) -> list[list[int]]:
+    """Group example indices into batches of similar length under a token budget.
+
+    The cost of a batch is its padded size, ``B * (max src len + max tgt len)``. Examples are sorted by length
+    (ties broken at random), packed greedily, then the batch order is shuffled with a generator seeded from
+    ``(seed, epoch)``, so every epoch differs but runs repeat exactly. With ``world_size > 1``, batches are dealt
+    round-robin and trimmed so every rank gets the same number of batches and no batch goes to two ranks.
+    """
+    n = len(src_lens)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    noise = torch.rand(n, generator=g) if shuffle else torch.zeros(n)
+    order = sorted(range(n), key=lambda i: (src_lens[i] + tgt_lens[i], tgt_lens[i], float(noise[i])))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    max_s = max_t = 0
+    for i in order:
+        s, t = max(max_s, src_lens[i]), max(max_t, tgt_lens[i])
+        if current and (len(current) + 1) * (s + t) > max_tokens:
+            batches.append(current)
+            current, s, t = [], src_lens[i], tgt_lens[i]
+        current.append(i)
+        max_s, max_t = s, t
+    if current:
+        batches.append(current)
+    if shuffle:
+        perm = torch.randperm(len(batches), generator=g).tolist()
+        batches = [batches[j] for j in perm]
+    if world_size > 1:
+        usable = len(batches) - len(batches) % world_size
+        if usable == 0:
+            raise ValueError(f"{len(batches)} batches cannot be shared by {world_size} ranks: use more data or a smaller max_tokens")
+        batches = batches[rank:usable:world_size]
+    return batches

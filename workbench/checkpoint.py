@@ -1,0 +1,221 @@
+"""Checkpoints: atomic saves of plain containers, ``weights_only`` loads with clear errors, averaging.
+
+A checkpoint is a dict of tensors and plain Python values only (configs as dicts, the tokenizer as its JSON string),
+so :func:`torch.load` with ``weights_only=True`` can read it and no pickle payload ever runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import random
+import re
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "attention-workbench/1"
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", getattr(model, "_orig_mod", model))
+
+
+def rng_state() -> dict[str, Any]:
+    """RNG states of torch, Python and NumPy as plain containers."""
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "python": [version, list(internal), gauss],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: nn.Module,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    step: int = 0,
+    epoch: int = 0,
+    history: dict[str, Any] | None = None,
+    train_cfg: Any = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint atomically: a temporary file in the same folder, fsync, then rename.
+
+    If anything fails (out of disk space...), the temporary file is removed, the previous checkpoint under
+    ``path`` is left as it was, and :class:`CheckpointError` says what happened.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = _unwrap(model)
+    arch = "rnn" if type(model).__name__ == "RNNSeq2Seq" else "transformer"
+    state = {
+        "format": FORMAT,
+        "arch": arch,
+        "model_cfg": dataclasses.asdict(model.cfg),
+        "src_vocab_size": model.src_vocab_size,
+        "tgt_vocab_size": model.tgt_vocab_size,
+        "pad_id": model.pad_id,
+        "model": model.state_dict(),
+        "tokenizer": tokenizer.to_json() if tokenizer is not None else None,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "step": step,
+        "epoch": epoch,
+        "rng": rng_state(),
+        "history": history or {},
+        "train_cfg": dataclasses.asdict(train_cfg) if dataclasses.is_dataclass(train_cfg) else train_cfg,
+        "extra": extra or {},
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(
+            f"could not save checkpoint {path} ({exc}); the previous file there, if any, is intact. "
+            "Free disk space or choose another --out folder, then resume."
+        ) from exc
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with ``weights_only=True`` and check it is ours."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist: pass a file written by 'workbench train'")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{path} holds objects other than tensors and plain containers, which weights_only loading refuses "
+            "(it could run arbitrary code): only load checkpoints written by the workbench"
+        ) from exc
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({type(exc).__name__}: {str(exc)[:120]}): it is truncated or "
+            "corrupt; use an earlier file (ckpt_stepNNNNNNN.pt) or train again"
+        ) from exc
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an Attention Workbench checkpoint (no '{FORMAT}' marker)")
+    return state
+
+
+def build_from_checkpoint(state: dict[str, Any]) -> nn.Module:
+    """An untrained model of the checkpoint's architecture and config."""
+    from .config import ModelConfig
+    from .model import build_model
+    from .rnn import RNNConfig, build_rnn
+
+    if state["arch"] == "transformer":
+        return build_model(ModelConfig.from_dict(state["model_cfg"]), state["src_vocab_size"], state["tgt_vocab_size"], state["pad_id"])
+    if state["arch"] == "rnn":
+        return build_rnn(RNNConfig(**state["model_cfg"]), state["src_vocab_size"], state["tgt_vocab_size"], state["pad_id"])
+    raise CheckpointError(f"unknown architecture {state['arch']!r} in checkpoint: expected 'transformer' or 'rnn'")
+
+
+def load_state(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """Load weights, explaining a mismatch (another config or vocabulary) instead of a raw torch error."""
+    model = _unwrap(model)
+    own = model.state_dict()
+    for name, tensor in state_dict.items():
+        if name in own and own[name].shape != tensor.shape:
+            raise CheckpointError(
+                f"{source}: tensor {name} has shape {tuple(tensor.shape)} but the model expects {tuple(own[name].shape)}; "
+                "the checkpoint was made with another config or vocabulary: build the model from the checkpoint "
+                "(load_model) instead"
+            )
+    missing = sorted(set(own) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(own))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]}): it was made "
+            "with another architecture or config"
+        )
+    model.load_state_dict(state_dict)
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any, dict[str, Any]]:
+    """Rebuild model and tokenizer from a checkpoint; returns (model in eval mode, tokenizer, checkpoint dict)."""
+    from .tokenizer import tokenizer_from_json
+
+    state = load_checkpoint(path)
+    model = build_from_checkpoint(state)
+    load_state(model, state["model"], source=str(path))
+    tokenizer = tokenizer_from_json(state["tokenizer"]) if state.get("tokenizer") else None
+    return model.to(device).eval(), tokenizer, state
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of several checkpoints of one run."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average: train for a few epochs first")
+    avg: dict[str, torch.Tensor] = {}
+    for p in paths:
+        sd = load_checkpoint(p)["model"]
+        if avg and set(sd) != set(avg):
+            raise CheckpointError(f"{p} has other tensors than the first checkpoint: average checkpoints of one run only")
+        for k, v in sd.items():
+            if k in avg and avg[k].shape != v.shape:
+                raise CheckpointError(f"{p}: tensor {k} differs in shape from the first checkpoint")
+            avg[k] = avg[k] + v.double() if k in avg else v.double().clone()
+    return {k: (v / len(paths)).to(load_checkpoint(paths[-1])["model"][k].dtype) for k, v in avg.items()}
+
+
+def step_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The run's numbered checkpoints (``ckpt_stepNNNNNNN.pt``), oldest first."""
+    files = Path(run_dir).glob("ckpt_step*.pt")
+    return sorted(files, key=lambda p: int(re.findall(r"\d+", p.stem)[-1]))
+
+
+def average_last(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> Path:
+    """Average the last ``last`` numbered checkpoints of a run into ``averaged.pt`` (paper: the last 5)."""
+    run_dir = Path(run_dir)
+    if last < 1:
+        raise CheckpointError(f"--last {last}: average at least 1 checkpoint")
+    paths = step_checkpoints(run_dir)[-last:]
+    if not paths:
+        raise CheckpointError(f"no ckpt_stepNNNNNNN.pt files in {run_dir}: train with --out {run_dir} first")
+    state = load_checkpoint(paths[-1])
+    state["model"] = average_checkpoints(paths)
+    state["optimizer"] = state["scheduler"] = None
+    state["extra"] = {**state.get("extra", {}), "averaged": [p.name for p in paths]}
+    out = Path(out) if out is not None else run_dir / "averaged.pt"
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp, out)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(f"could not write {out} ({exc}): free disk space or choose another --out") from exc
+    log.info("averaged %s into %s", [p.name for p in paths], out)
+    return out

@@ -1,0 +1,179 @@
+"""The translation pipeline end to end: data -> tokenizer -> model -> fit -> checkpoints -> decoding -> BLEU.
+
+These are the functions behind ``workbench train`` and ``workbench evaluate``; notebooks call them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+
+def load_pairs(
+    split: str,
+    src: str,
+    tgt: str,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    src_file: str | Path | None = None,
+    tgt_file: str | Path | None = None,
+) -> list[tuple[str, str]]:
+    """Multi30k pairs, or the user's own aligned files when both are given."""
+    from .data import load_multi30k, load_parallel_text
+
+    if (src_file is None) != (tgt_file is None):
+        raise DataError("give both the source and the target file of your own parallel data, or neither")
+    if src_file is not None:
+        pairs = load_parallel_text(src_file, tgt_file)
+        return pairs[:limit] if limit else pairs
+    return load_multi30k(split, src=src, tgt=tgt, data_dir=data_dir, limit=limit)
+
+
+def build_translator(arch: str, preset_name: str, vocab_size: int, pad_id: int, **overrides: Any) -> torch.nn.Module:
+    """A Transformer (from a preset) or the GRU baseline sized like that preset."""
+    from .config import preset
+    from .model import build_model
+    from .rnn import RNNConfig, build_rnn
+
+    if arch == "transformer":
+        cfg = preset(preset_name, tie_src_tgt=True, **overrides)
+        return build_model(cfg, vocab_size, vocab_size, pad_id=pad_id)
+    if arch == "rnn":
+        base = preset(preset_name)
+        cfg = RNNConfig(d_model=base.d_model, n_layers=2, dropout=base.dropout, max_len=base.max_len)
+        return build_rnn(cfg, vocab_size, vocab_size, pad_id=pad_id)
+    raise ConfigError(f"unknown architecture {arch!r}: choose 'transformer' or 'rnn'")
+
+
+def train_translation(
+    preset_name: str = "small",
+    src: str = "de",
+    tgt: str = "en",
+    out_dir: str | Path = "runs/small",
+    arch: str = "transformer",
+    epochs: int = 20,
+    max_minutes: float | None = None,
+    data_dir: str | Path | None = None,
+    vocab_size: int = 8000,
+    max_tokens: int = 4096,
+    limit: int | None = None,
+    seed: int = 0,
+    device: str = "auto",
+    resume: bool = False,
+    lr_factor: float | None = None,
+    warmup_steps: int | None = None,
+    compile: bool = False,
+    train_src: str | None = None,
+    train_tgt: str | None = None,
+    val_src: str | None = None,
+    val_tgt: str | None = None,
+    **train_overrides: Any,
+) -> dict[str, Any]:
+    """Train a translator and write its run folder; returns a summary (also saved as ``summary.json``)."""
+    from .checkpoint import load_checkpoint
+    from .config import TrainConfig
+    from .runtime import set_seed
+    from .tokenizer import SubwordTokenizer
+    from .train import fit
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train_pairs = load_pairs("train", src, tgt, data_dir, limit, train_src, train_tgt)
+    val_pairs = load_pairs("val", src, tgt, data_dir, None, val_src, val_tgt)
+    set_seed(seed)
+    if resume and (out / "last.pt").exists():
+        ckpt = load_checkpoint(out / "last.pt")
+        tokenizer = SubwordTokenizer.from_json(ckpt["tokenizer"])
+    else:
+        # the tokenizer sees the training split only, never validation or test text
+        tokenizer = SubwordTokenizer.train(train_pairs, vocab_size=vocab_size, joint=True)
+    model = build_translator(arch, preset_name, tokenizer.src_vocab_size, tokenizer.pad_id)
+    defaults = TrainConfig()
+    cfg = TrainConfig(
+        epochs=epochs,
+        max_minutes=max_minutes,
+        max_tokens=max_tokens,
+        seed=seed,
+        device=device,
+        compile=compile,
+        lr_factor=lr_factor if lr_factor is not None else defaults.lr_factor,
+        warmup_steps=warmup_steps if warmup_steps is not None else defaults.warmup_steps,
+        **train_overrides,
+    )
+    start = time.perf_counter()
+    history = fit(model, tokenizer, train_pairs, val_pairs, cfg, out_dir=out, resume=resume, meta={"src_lang": src, "tgt_lang": tgt})
+    summary = {
+        "arch": arch,
+        "preset": preset_name,
+        "src": src,
+        "tgt": tgt,
+        "train_pairs": len(train_pairs),
+        "vocab_size": tokenizer.src_vocab_size,
+        "train_config": dataclasses.asdict(cfg),
+        "epochs_run": len(history.train_loss),
+        "best_val_loss": min(history.val_loss) if history.val_loss else None,
+        "last_val_bleu": history.val_bleu[-1] if history.val_bleu else None,
+        "seconds": round(time.perf_counter() - start, 1),
+        "stopped_reason": history.stopped_reason,
+        "out_dir": str(out),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    split: str = "test_2016_flickr",
+    data_dir: str | Path | None = None,
+    beam: int = 4,
+    limit: int | None = None,
+    device: str = "auto",
+    src: str | None = None,
+    tgt: str | None = None,
+    write_hypotheses: bool = True,
+) -> dict[str, Any]:
+    """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split."""
+    from .checkpoint import load_model
+    from .decode import translate
+    from .metrics import chrf, corpus_bleu, tokenized_bleu
+    from .runtime import resolve_device
+
+    dev = resolve_device(device)
+    model, tokenizer, ckpt = load_model(checkpoint, device=dev)
+    meta = ckpt.get("extra") or {}
+    src = src or meta.get("src_lang", "de")
+    tgt = tgt or meta.get("tgt_lang", "en")
+    pairs = load_pairs(split, src, tgt, data_dir, limit)
+    sources, refs = [p[0] for p in pairs], [p[1] for p in pairs]
+    start = time.perf_counter()
+    hyps = translate(model, tokenizer, sources, beam=beam, device=dev, progress=True)
+    seconds = time.perf_counter() - start
+    bleu = corpus_bleu(hyps, refs)
+    result = {
+        "split": split,
+        "src": src,
+        "tgt": tgt,
+        "beam": beam,
+        "n_sentences": len(pairs),
+        "bleu": round(bleu.score, 2),
+        "signature": bleu.signature,
+        "tok_bleu": round(tokenized_bleu(hyps, refs).score, 2),
+        "chrf": round(chrf(hyps, refs).score, 2),
+        "decode_seconds": round(seconds, 1),
+        "checkpoint": str(checkpoint),
+    }
+    if write_hypotheses:
+        path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}.beam{beam}.{tgt}.txt")
+        path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        result["hypotheses"] = str(path)
+    return result
