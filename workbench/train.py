@@ -199,9 +199,10 @@ def fit(
                 logits = net(batch.src, batch.tgt_in)
             loss_sum, n_tok = label_smoothed_loss(logits, batch.tgt_out, pad_id, cfg.label_smoothing)
             loss = loss_sum / max(n_tok, 1)
-            if not torch.isfinite(loss):
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
                 raise TrainingError(
-                    f"loss became {float(loss)} at epoch {epoch + 1}, step {step}: training stopped. The last good "
+                    f"loss became {loss_value} at epoch {epoch + 1}, step {step}: training stopped. The last good "
                     f"checkpoint{' in ' + str(out) if out else ''} is kept; lower lr_factor, raise warmup_steps or "
                     "check the data"
                 )
@@ -215,15 +216,15 @@ def fit(
                 step += 1
                 if step % cfg.log_every == 0:
                     history.steps.append(step)
-                    history.step_loss.append(float(loss))
-                    bar.set_postfix(loss=f"{float(loss):.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+                    history.step_loss.append(loss_value)
+                    bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and out is not None and rank == 0:
                     # numbered snapshots for averaging (resuming uses last.pt, written at epoch ends)
                     save_checkpoint(out / f"ckpt_step{step:07d}.pt", model, tokenizer=tokenizer, step=step,
                                     epoch=epoch, train_cfg=cfg, extra=meta or {})
                 if "on_step" in callbacks:
-                    callbacks["on_step"](step, float(loss))
-            ep_loss += float(loss_sum)
+                    callbacks["on_step"](step, loss_value)
+            ep_loss += float(loss_sum.detach())
             ep_tok += n_tok
             ep_all_tok += n_tok + batch.n_src_tokens
             if budget is not None and time.perf_counter() - t0 > budget:

@@ -1,0 +1,103 @@
+"""Checkpoints: atomic, weights_only, clear errors, averaging."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+
+import pytest
+import torch
+
+from workbench import CheckpointError, build_model, preset
+from workbench.checkpoint import (
+    average_checkpoints,
+    average_last,
+    load_checkpoint,
+    load_model,
+    load_state,
+    save_checkpoint,
+)
+from workbench.tokenizer import WordTokenizer
+
+
+@pytest.fixture
+def saved(tmp_path):
+    tok = WordTokenizer.train([("a b c", "c b a")])
+    torch.manual_seed(0)
+    model = build_model(preset("tiny"), tok.src_vocab_size, tok.tgt_vocab_size)
+    path = save_checkpoint(tmp_path / "m.pt", model, tok, step=7, extra={"src_lang": "de"})
+    return model, tok, path
+
+
+def test_roundtrip_rebuilds_model_and_tokenizer(saved):
+    model, tok, path = saved
+    again, tok2, state = load_model(path)
+    src, tgt = torch.randint(4, 7, (2, 5)), torch.randint(4, 7, (2, 4))
+    model.eval()
+    assert torch.equal(model(src, tgt), again(src, tgt))
+    assert tok2.itos == tok.itos and state["step"] == 7 and state["extra"]["src_lang"] == "de"
+
+
+def test_truncated_checkpoint(saved, tmp_path):
+    _, _, path = saved
+    data = path.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(tmp_path / "cut.pt")
+
+
+def test_not_ours_and_pickle_payload(tmp_path):
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not an Attention Workbench checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    with open(tmp_path / "evil.pt", "wb") as f:
+        pickle.dump({"format": "attention-workbench/1", "x": Evil()}, f)
+    torch.save({"format": "attention-workbench/1", "x": Evil()}, tmp_path / "evil2.pt")
+    for name in ("evil.pt", "evil2.pt"):
+        with pytest.raises(CheckpointError):
+            load_checkpoint(tmp_path / name)
+
+
+def test_other_config_mismatch_is_explained(saved):
+    _, _, path = saved
+    state = load_checkpoint(path)
+    other = build_model(preset("tiny", d_model=48, n_heads=4), 20, 20)
+    with pytest.raises(CheckpointError, match="another config or vocabulary"):
+        load_state(other, state["model"])
+
+
+def test_failed_save_leaves_previous_intact(saved, monkeypatch):
+    model, tok, path = saved
+    before = path.read_bytes()
+
+    def full_disk(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match="intact"):
+        save_checkpoint(path, model, tok, step=8)
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_averaging(saved, tmp_path):
+    model, tok, _ = saved
+    run = tmp_path / "run"
+    for k in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(float(k))
+        save_checkpoint(run / f"ckpt_step{k * 10:07d}.pt", model, tok, step=k * 10)
+    avg = average_checkpoints(sorted(run.glob("ckpt_step*.pt")))
+    assert torch.all(avg["generator.weight"] == 1.0)
+    out = average_last(run, last=2)
+    m, _, state = load_model(out)
+    assert torch.all(m.generator.weight == 1.5) and state["extra"]["averaged"] == ["ckpt_step0000010.pt", "ckpt_step0000020.pt"]
+    with pytest.raises(CheckpointError, match="no ckpt_step"):
+        average_last(tmp_path / "empty")
