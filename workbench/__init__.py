@@ -22,6 +22,8 @@ from .positional import distance_matrix, sinusoidal_table
 from .rnn import RNNConfig, RNNSeq2Seq, build_rnn
 from .runtime import count_parameters, resolve_device, set_seed
 
+from . import complexity, decode, heads, train  # noqa: E402  (submodules used as wb.decode..., wb.train...)
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,40 @@ def evaluate_checkpoint(
         path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
         result["hypotheses"] = str(path)
     return result
+
+
+def get_translator(
+    cache_dir: str | Path | None = None,
+    preset_name: str = "small",
+    src: str = "de",
+    tgt: str = "en",
+    minutes: float = 5.0,
+    limit: int | None = None,
+    vocab_size: int = 8000,
+    arch: str = "transformer",
+    seed: int = 0,
+    checkpoint: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    **train_overrides: Any,
+) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """A trained translator for the notebooks: from ``checkpoint`` if given, else from a cache folder keyed by the
+    settings, else trained now (and cached). Returns (model in eval mode, tokenizer, checkpoint dict)."""
+    import hashlib
+
+    from platformdirs import user_cache_dir
+
+    from .checkpoint import load_model
+
+    if checkpoint:
+        return load_model(checkpoint)
+    settings = dict(preset=preset_name, src=src, tgt=tgt, minutes=minutes, limit=limit, vocab=vocab_size, arch=arch,
+                    seed=seed, **train_overrides)
+    key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    root = Path(cache_dir) if cache_dir else Path(os.environ.get("WORKBENCH_CACHE", user_cache_dir("attention-workbench")))
+    run = root / "models" / f"{arch}-{preset_name}-{src}{tgt}-{key}"
+    if not (run / "last.pt").exists():
+        log.info("training %s into %s (%.1f min budget)", arch, run, minutes)
+        train_translation(preset_name=preset_name, src=src, tgt=tgt, out_dir=run, arch=arch, epochs=1000,
+                          max_minutes=minutes, data_dir=data_dir, vocab_size=vocab_size, limit=limit, seed=seed,
+                          **train_overrides)
+    return load_model(run / "last.pt")
