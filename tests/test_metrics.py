@@ -10,6 +10,7 @@ import torch
 
 from workbench import InputTextError
 from workbench.metrics import (
+    BleuResult,
     bleu_by_length,
     chrf,
     corpus_bleu,
@@ -19,34 +20,73 @@ from workbench.metrics import (
     tokenized_bleu,
 )
 
-HYPS = ["A man rides a bike down the street .", "Two dogs play in the snow."]
-REFS = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow."]
+HYPS = ["A man rides a bike down the street.", "Two dogs play in the snow.", "A woman is cooking."]
+REFS = ["A man is riding a bicycle down the street.", "Two dogs are playing in the snow.", "A woman cooks dinner."]
 
 
 def test_corpus_bleu_equals_sacrebleu_with_signature():
     res = corpus_bleu(HYPS, REFS)
-    assert res.score == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
-    assert "case:mixed" in res.signature and "tok:13a" in res.signature
-    assert len(res.precisions) == 4
+    ref = sacrebleu.corpus_bleu(HYPS, [REFS])
+    assert isinstance(res, BleuResult) and 0 < res.score < 100
+    assert res.score == pytest.approx(ref.score)
+    assert res.precisions == pytest.approx(tuple(ref.precisions)) and len(res.precisions) == 4
+    assert (res.bp, res.sys_len, res.ref_len) == (pytest.approx(ref.bp), ref.sys_len, ref.ref_len)
+    assert res.sys_len < res.ref_len and res.bp < 1  # short hypotheses are penalised
+    for part in ("nrefs:1", "case:mixed", "tok:13a", f"version:{sacrebleu.__version__}"):
+        assert part in res.signature
+    assert str(res).startswith("sacreBLEU = ") and res.signature in str(res)
+    assert corpus_bleu(REFS, REFS).score == pytest.approx(100.0)
 
 
-def test_lowercased_bleu_is_a_different_higher_number():
-    hyps = ["a man rides a bike ."]
-    refs = ["A Man rides a Bike ."]
-    assert tokenized_bleu(hyps, refs).score > corpus_bleu(hyps, refs).score
-    assert "case:lc" in tokenized_bleu(hyps, refs).signature
-    assert 0 < chrf(HYPS, REFS).score < 100
+def test_tokenized_lowercased_bleu_is_labelled_and_at_least_as_high():
+    hyps = ["a man rides a bike down the street.", "TWO DOGS play in the snow."]
+    refs = ["A Man rides a Bike down the street.", "Two dogs play in the snow."]
+    cased, lower = corpus_bleu(hyps, refs), tokenized_bleu(hyps, refs)
+    assert lower.score >= cased.score and lower.score == pytest.approx(100.0) and cased.score < 60
+    assert lower.score == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True, tokenize="13a").score)
+    assert "case:lc" in lower.signature and "tok:13a" in lower.signature
+    assert "not sacreBLEU" in lower.label and "lower-cased" in str(lower)
+    # on the mixed-case examples above too
+    assert tokenized_bleu(HYPS, REFS).score >= corpus_bleu(HYPS, REFS).score
 
 
-def test_misaligned_inputs_are_refused():
-    with pytest.raises(InputTextError, match="aligned"):
-        corpus_bleu(HYPS, REFS[:1])
+def test_chrf_equals_sacrebleu():
+    res = chrf(HYPS, REFS)
+    assert res.score == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score)
+    assert 0 < res.score < 100 and "nc:6|nw:0" in res.signature and res.label == "chrF"
 
 
-def test_simple_metrics():
-    assert exact_match(["a b", "c"], ["a b", "d"]) == 0.5
+def test_misaligned_or_malformed_inputs_are_refused():
+    for fn in (corpus_bleu, tokenized_bleu, chrf, exact_match):
+        with pytest.raises(InputTextError, match="3 hypotheses but 1 references"):
+            fn(HYPS, REFS[:1])
+    with pytest.raises(InputTextError, match="no sentences"):
+        corpus_bleu([], [])
+    with pytest.raises(InputTextError, match="not single strings"):
+        corpus_bleu("A man.", "A man.")
+    with pytest.raises(InputTextError, match="hypothesis 1 is a list"):
+        corpus_bleu(["a", ["b"]], ["a", "b"])
+
+
+def test_perplexity():
     assert perplexity(math.log(7)) == pytest.approx(7)
-    logits = torch.tensor([[[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0]]])
-    assert token_accuracy(logits, torch.tensor([[1, 2, 0]]), pad_id=0) == 0.5
-    rows = bleu_by_length(["a b", "a b c d e"], HYPS, REFS, [0, 3, 10])
-    assert [r[1] for r in rows] == [1, 1]
+    assert perplexity(0.0) == 1.0
+    assert math.isfinite(perplexity(1e9)) and perplexity(1e9) == pytest.approx(math.exp(50))
+    assert math.isnan(perplexity(float("nan")))
+
+
+def test_exact_match_and_token_accuracy():
+    assert exact_match(["a b", "c ", "x"], ["a b", "c", "y"]) == pytest.approx(2 / 3)
+    logits = torch.tensor([[[0.0, 5.0, 0.0], [5.0, 0.0, 0.0], [0.0, 0.0, 5.0], [0.0, 5.0, 0.0]]])  # (1, 4, 3)
+    # positions: right, wrong, padding (ignored even though "right"), right
+    assert token_accuracy(logits, torch.tensor([[1, 2, 0, 1]]), pad_id=0) == pytest.approx(2 / 3)
+    assert math.isnan(token_accuracy(logits, torch.zeros(1, 4, dtype=torch.long), pad_id=0))
+    with pytest.raises(InputTextError, match="do not match"):
+        token_accuracy(logits, torch.tensor([[1, 2]]), pad_id=0)
+
+
+def test_bleu_by_length_buckets():
+    sources = ["a b", "a b c d e", "a b c d e f"]
+    rows = bleu_by_length(sources, HYPS, REFS, [0, 3, 10, 20])
+    assert [(r[0], r[1]) for r in rows] == [("0-2", 1), ("3-9", 2)]
+    assert rows[1][2] == pytest.approx(corpus_bleu(HYPS[1:], REFS[1:]).score)
