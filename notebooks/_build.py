@@ -1,4 +1,4 @@
-"""Generate the numbered notebooks from the cell sources below (run: python notebooks/_build.py).
+"""Generate the numbered notebooks from the cell sources in ``_nbNN.py`` (run: python notebooks/_build.py [NN ...]).
 
 Keeping the sources here makes the notebooks reviewable as Python; the .ipynb files are committed without outputs.
 """
@@ -44,8 +44,12 @@ def build(name: str, cells: list[tuple[str, str]]) -> None:
 
 if __name__ == "__main__":
     import importlib.util
+    import sys
 
+    wanted = sys.argv[1:]  # optional notebook numbers, e.g. 02 06; default: all
     for spec_file in sorted(HERE.glob("_nb*.py")):
+        if wanted and spec_file.stem[3:5] not in wanted:
+            continue
         spec = importlib.util.spec_from_file_location(spec_file.stem, spec_file)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

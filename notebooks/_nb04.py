@@ -1,92 +1,168 @@
 NAME = "04_masked_attention"
 CELLS = [
 ("md", r"""
-# 04 · Masks: padding, causality, and what the decoder may see
+# 04 · Masks: padding, the future, and what the decoder may see
 
-Two different things are hidden from attention. **Padding**: sentences in a batch have different lengths, so the
-shorter ones are filled with a pad token that must never be attended to. **The future**: during training the decoder
-sees the whole target sentence at once (teacher forcing), so position $t$ must be kept from looking at positions
-after $t$. Both are boolean masks (here: `True` = may attend), applied by setting the blocked scores to $-\infty$
-before the softmax, which makes their weights exactly zero.
+Attention lets every query look at every key. Two kinds of keys must be hidden from it.
+
+* **Padding.** Sentences in a batch have different lengths, so the short ones are filled up with a `<pad>`
+  token. Padding carries no meaning and must receive no attention.
+* **The future.** In training the decoder is given the whole reference translation at once (*teacher forcing*)
+  and predicts every next token in parallel. Position $t$ must therefore be kept from seeing positions after
+  $t$, or it could simply read the answer.
+
+Both are boolean masks (in the workbench, `True` = *may attend*). They are applied to the scores before the
+softmax by writing $-\infty$ where attention is not allowed; $e^{-\infty} = 0$, so those weights come out as exact
+zeros. This notebook draws the masks, checks the zeros, shows the one-position shift of teacher forcing, proves
+that no information leaks from the future, and shows that step-by-step decoding with a key/value cache computes
+the same thing.
 """),
 ("params", """
-SMOKE: bool = False  # smaller model (what CI runs)
+SMOKE: bool = False  # tiny model (what CI runs)
 SEED: int = 0  # seeds every random draw
-SENTENCE_SRC: str = "Zwei Hunde spielen im Schnee ."  # source sentence of the examples
-SENTENCE_TGT: str = "Two dogs play in the snow ."  # its target
-PAD_TO: int = 9  # padded length of the source batch
+SOURCE: str = "Zwei Hunde spielen im tiefen Schnee ."  # first source sentence
+TARGET: str = "Two dogs play in the deep snow ."  # its translation
+SHORT_SOURCE: str = "Ein Hund läuft ."  # a shorter second sentence, so the batch needs padding
+SHORT_TARGET: str = "A dog runs ."  # its translation
+LEAK_POSITION: int = 3  # target tokens after this position are changed in the leak test
+PRESET: str = "small"  # model size for the leak and cache checks (SMOKE uses "tiny")
+MAX_EXTRA: int = 20  # greedy decoding budget beyond the source length
+"""),
+("code", """
+preset_name = "tiny" if SMOKE else PRESET
 """),
 ("code", "COMMON"),
 ("code", """
+from IPython.display import Markdown, display
+from workbench import analysis
 from workbench.masks import padding_mask, causal_mask, attention_mask
-from workbench.tokenizer import WordTokenizer
-tok = WordTokenizer.train([(SENTENCE_SRC, SENTENCE_TGT), ("Ein Hund", "A dog")])
-src_ids = tok.encode_src([SENTENCE_SRC, "Ein Hund"])
-src = torch.zeros(2, PAD_TO, dtype=torch.long)
-for i, ids in enumerate(src_ids):
-    src[i, :len(ids)] = torch.tensor(ids)
-pad = padding_mask(src, tok.pad_id)                      # (B, S)
-T = len(tok.encode_tgt([SENTENCE_TGT])[0]) - 1
-masks = {
-    "padding (sentence 2)": attention_mask(pad)[1, 0].expand(PAD_TO, PAD_TO),
-    "causal": causal_mask(T),
-    "padding + causal": attention_mask(pad, causal=True, Tq=PAD_TO)[1, 0],
-    "cross (target → source 2)": attention_mask(pad)[1, 0].expand(T, PAD_TO),
-}
-figures.masks_side_by_side(masks).show()
-print(src)
-"""),
-("md", "## $-\\infty$ before the softmax gives exact zeros after"),
-("code", """
-scores = torch.randn(T, T)
-blocked = scores.masked_fill(~causal_mask(T), float("-inf"))
-w = torch.softmax(blocked, -1)
-print(w.numpy().round(3))
-metrics["future_weight_exactly_zero"] = bool((w.triu(1) == 0).all())
-metrics["rows_sum_to_one"] = float((w.sum(-1) - 1).abs().max())
-"""),
-("md", "## Teacher forcing and the one-position shift\nThe decoder input is the target shifted right by one (it starts with `<bos>`); the label at each position is the next token:"),
-("code", """
 from workbench.batching import make_batch
-b = make_batch(tok.encode_src([SENTENCE_SRC]), tok.encode_tgt([SENTENCE_TGT]), tok.pad_id)
-inp = [tok.id_to_token(i) for i in b.tgt_in[0].tolist()]
-out = [tok.id_to_token(i) for i in b.tgt_out[0].tolist()]
-for t, (i, o) in enumerate(zip(inp, out)):
-    print(f"position {t}: sees {inp[:t+1]!s:60} -> predicts {o}")
-metrics["shift_ok"] = inp[1:] == out[:-1]
+from workbench.tokenizer import WordTokenizer
+pairs = [(SOURCE, TARGET), (SHORT_SOURCE, SHORT_TARGET)]
+tok = WordTokenizer.train(pairs)
+batch = make_batch(tok.encode_src([s for s, _ in pairs]), tok.encode_tgt([t for _, t in pairs]), tok.pad_id)
+src_tok = [[tok.id_to_token(i, "src") for i in row] for row in batch.src.tolist()]
+tin_tok = [[tok.id_to_token(i, "tgt") for i in row] for row in batch.tgt_in.tolist()]
+tout_tok = [[tok.id_to_token(i, "tgt") for i in row] for row in batch.tgt_out.tolist()]
+S, T = batch.src.shape[1], batch.tgt_in.shape[1]
+print("source ids:\\n", batch.src, "\\nsource tokens:", *src_tok, sep="\\n")
 """),
-("md", "## No leak from the future\nChange every target token after position 3 and compare the decoder's outputs at positions 0..3: they must be bit-for-bit identical."),
-("code", """
-model = wb.build_model(wb.preset("tiny" if SMOKE else "small", dropout=0.0), tok.src_vocab_size, tok.tgt_vocab_size).eval()
-tgt = b.tgt_in.clone()
-logits = model(b.src, tgt)
-changed = tgt.clone(); changed[:, 4:] = torch.randint(4, tok.tgt_vocab_size, changed[:, 4:].shape)
-logits2 = model(b.src, changed)
-same_past = bool(torch.equal(logits[:, :4], logits2[:, :4]))
-future_moved = not torch.allclose(logits[:, 4:], logits2[:, 4:])
-print("earlier positions unchanged:", same_past, "| later positions changed:", future_moved)
-metrics.update(no_leak=same_past, future_changes=future_moved)
+("md", r"""
+## The masks as matrices
+
+Rows are queries, columns are keys; blue cells may attend. For the second (shorter) sentence of the batch:
+
+* **encoder self-attention**: every source position may look at every real source token, never at `<pad>`;
+* **decoder self-attention**: causal, position $t$ sees positions $0..t$ only;
+* **causal + padding**: the two combined (the padded target queries at the bottom are ignored by the loss anyway);
+* **cross-attention**: each target position may look at every real source token (a target × source matrix).
 """),
-("md", "## Incremental decoding with a key/value cache\nAt inference time the decoder runs one token at a time. The keys and values of earlier positions do not change, so they are cached; the cross-attention keys and values of the source are computed once. Same numbers, far less work:"),
 ("code", """
-memory = model.encode(b.src)
-full = model.decode(tgt, memory, model.src_mask(b.src))
-cache = model.init_cache()
-steps = torch.cat([model.decode(tgt[:, t:t + 1], memory, model.src_mask(b.src), cache) for t in range(tgt.shape[1])], 1)
-diff = float((steps - full).abs().max())
-g1 = wb.decode.greedy_decode(model, b.src, use_cache=True, max_extra=20)
-g2 = wb.decode.greedy_decode(model, b.src, use_cache=False, max_extra=20)
-t0 = time.perf_counter(); wb.decode.greedy_decode(model, b.src, use_cache=True, max_extra=40); t_cache = time.perf_counter() - t0
-t0 = time.perf_counter(); wb.decode.greedy_decode(model, b.src, use_cache=False, max_extra=40); t_nocache = time.perf_counter() - t0
-print(f"max |cached - full| = {diff:.2e}; same greedy output: {torch.equal(g1, g2)}; {t_nocache/t_cache:.1f}x faster with the cache")
-metrics.update(cache_max_diff=diff, cache_same_output=bool(torch.equal(g1, g2)))
+src_pad = padding_mask(batch.src, tok.pad_id)                       # (B, S) True at real tokens
+tgt_pad = padding_mask(batch.tgt_in, tok.pad_id)                    # (B, T)
+masks = {
+    "encoder self (padding)": attention_mask(src_pad)[1, 0].expand(S, S),                  # (S, S)
+    "decoder self (causal)": causal_mask(T),                                                # (T, T)
+    "decoder self (causal + padding)": attention_mask(tgt_pad, causal=True, Tq=T)[1, 0],    # (T, T)
+    "cross (target → source)": attention_mask(src_pad)[1, 0].expand(T, S),                 # (T, S)
+}
+figures.masks_side_by_side(masks, title="True = may attend (second sentence of the batch)", cell_px=20).show()
+figures.mask_figure(masks["cross (target → source)"], tin_tok[1], src_tok[1], title="cross-attention mask with tokens").show()
+metrics["padding_keys_blocked"] = bool((~masks["cross (target → source)"][:, batch.src[1] == tok.pad_id]).all())
+metrics["causal_is_lower_triangular"] = bool(torch.equal(masks["decoder self (causal)"], torch.ones(T, T).tril().bool()))
+"""),
+("md", r"""
+## $-\infty$ before the softmax gives exact zeros after
+
+Random scores for the target length, blocked cells set to $-\infty$, softmax along each row. The blocked weights are
+exactly `0.0` (not merely small), and each row still sums to one over what it may see. A query with *no*
+visible key would be a row of $-\infty$, for which a plain softmax returns NaN; the workbench defines its weights
+as zeros instead.
+"""),
+("code", """
+scores = torch.randn(T, T, generator=torch.Generator().manual_seed(SEED))
+blocked = scores.masked_fill(~causal_mask(T), float("-inf"))
+w = torch.softmax(blocked, dim=-1)
+print(np.array2string(w.numpy(), precision=3, suppress_small=True))
+empty = torch.zeros(1, 1, 1, 4, dtype=torch.bool)                   # a query that may see nothing
+plain = torch.softmax(torch.randn(1, 1, 1, 4).masked_fill(~empty, float("-inf")), -1)
+ours = wb.attention_weights(torch.randn(1, 1, 1, 8), torch.randn(1, 1, 4, 8), mask=empty)
+print("fully masked row: plain softmax ->", plain.flatten().tolist(), "| workbench ->", ours.flatten().tolist())
+metrics.update(future_weights_exactly_zero=bool((w.triu(1) == 0).all()), rows_sum_error=float((w.sum(-1) - 1).abs().max()),
+               plain_softmax_nan_on_empty_row=bool(plain.isnan().all()), workbench_zero_on_empty_row=bool((ours == 0).all()))
+"""),
+("md", r"""
+## Teacher forcing and the one-position shift
+
+The decoder's input is the reference shifted one step to the right: it starts with `<bos>` and drops the last
+token. The label at each position is the token that comes next, ending with `<eos>`. So position $t$ reads
+$y_0..y_{t-1}$ (thanks to the causal mask, and nothing more) and is trained to output $y_t$: every position of the
+sentence is a training example, all computed in one pass.
+"""),
+("code", """
+n_real = int(tgt_pad[0].sum())
+rows = [{"position": t, "decoder sees": " ".join(tin_tok[0][: t + 1]), "input token": tin_tok[0][t], "label": tout_tok[0][t]}
+        for t in range(n_real)]
+display(Markdown(analysis.markdown_table(rows)))
+metrics["shift_ok"] = (batch.tgt_in[0, 1:n_real].tolist() == batch.tgt_out[0, : n_real - 1].tolist()
+                       and tin_tok[0][0] == "<bos>" and tout_tok[0][n_real - 1] == "<eos>")
+"""),
+("md", r"""
+## No leak from the future
+
+A freshly initialised model is enough to test the wiring (no training needed): change every target token after
+position `LEAK_POSITION` and run the model again. The logits at positions $0..$`LEAK_POSITION` must be identical
+bit for bit, while the later ones change. The figure below measures the same thing for every pair of positions
+with autograd: how strongly the output at position $t$ (row) depends on the decoder input at position $s$
+(column). Everything above the diagonal is exactly zero.
+"""),
+("code", """
+model = wb.build_model(wb.preset(preset_name, dropout=0.0), tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id).eval()
+leak = analysis.future_leak_check(model, batch.src, batch.tgt_in, LEAK_POSITION, generator=torch.Generator().manual_seed(SEED))
+print("changed decoder input:", [tok.id_to_token(i) for i in leak["tgt_changed"][0].tolist()])
+print(f"positions 0..{LEAK_POSITION}: identical = {leak['past_identical']} (max diff {leak['past_max_diff']:.1e}); "
+      f"later positions: max diff {leak['future_max_diff']:.2f}")
+dep = analysis.decoder_dependency(model, batch.src[:1], batch.tgt_in[:1])          # (T, T)
+figures.attention_heatmap(dep / dep.max(), tin_tok[0], tin_tok[0], title="dependence of output t (row) on input s (column)").show()
+metrics.update(no_leak=leak["past_identical"], past_max_diff=leak["past_max_diff"], future_changes=leak["future_max_diff"] > 0,
+               dependency_upper_max=float(dep.triu(1).abs().max()), dependency_lower_min=float(dep.tril().diagonal().min()))
+"""),
+("md", r"""
+## Step-by-step decoding with a key/value cache
+
+At inference there is no reference: the decoder produces one token, appends it to its input and runs again. Keys
+and values of earlier positions never change (the causal mask guarantees it), so each layer keeps them in a
+cache and only the new token is computed; the cross-attention keys and values come from the encoder output and are
+computed once, at the first step. The results must be the same as running the whole prefix each time, up to
+floating-point rounding, and greedy decoding must produce the same tokens either way.
+"""),
+("code", """
+with torch.no_grad():
+    full = model(batch.src, batch.tgt_in)                                         # (B, T, V) in one pass
+steps, cache = analysis.incremental_logits(model, batch.src, batch.tgt_in)         # (B, T, V) one token at a time
+cache_diff = float((steps - full).abs().max())
+layer0 = cache.layers[0]
+print(f"max |step-by-step - full| = {cache_diff:.1e}; cache holds {cache.length} tokens: self-attention keys "
+      f"{tuple(layer0.self_attn.k.shape)}, cross-attention keys {tuple(layer0.cross_attn.k.shape)}")
+g_cache = wb.decode.greedy_decode(model, batch.src, bos_id=tok.bos_id, eos_id=tok.eos_id, max_extra=MAX_EXTRA, use_cache=True)
+g_plain = wb.decode.greedy_decode(model, batch.src, bos_id=tok.bos_id, eos_id=tok.eos_id, max_extra=MAX_EXTRA, use_cache=False)
+t_cache = analysis.median_seconds(lambda: wb.decode.greedy_decode(model, batch.src, max_extra=MAX_EXTRA, use_cache=True), 3)
+t_plain = analysis.median_seconds(lambda: wb.decode.greedy_decode(model, batch.src, max_extra=MAX_EXTRA, use_cache=False), 3)
+print(f"greedy outputs identical: {torch.equal(g_cache, g_plain)} ({g_cache.shape[1]} steps); "
+      f"time with cache {t_cache*1e3:.1f} ms, without {t_plain*1e3:.1f} ms (untrained model, so the output is gibberish)")
+metrics.update(cache_max_diff=cache_diff, cache_length=cache.length, cache_same_greedy_output=bool(torch.equal(g_cache, g_plain)),
+               greedy_ms_cache=t_cache * 1e3, greedy_ms_no_cache=t_plain * 1e3)
 """),
 ("code", """
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
-assert metrics["future_weight_exactly_zero"] and metrics["rows_sum_to_one"] < 1e-6
-assert metrics["shift_ok"]
-assert metrics["no_leak"] and metrics["future_changes"]
-assert metrics["cache_max_diff"] < 1e-4 and metrics["cache_same_output"]
+assert metrics["padding_keys_blocked"] and metrics["causal_is_lower_triangular"]
+assert metrics["future_weights_exactly_zero"] and metrics["rows_sum_error"] < 1e-6      # -inf -> exact zeros
+assert metrics["plain_softmax_nan_on_empty_row"] and metrics["workbench_zero_on_empty_row"]
+assert metrics["shift_ok"]                                                               # tgt_in = <bos> + tgt_out[:-1]
+assert metrics["no_leak"] and metrics["past_max_diff"] == 0.0 and metrics["future_changes"]   # bit-exact past
+assert metrics["dependency_upper_max"] == 0.0 and metrics["dependency_lower_min"] > 0   # depends on s <= t only
+assert metrics["cache_max_diff"] < 1e-4 and metrics["cache_length"] == T                # cache = full pass
+assert metrics["cache_same_greedy_output"]
 """),
 ]

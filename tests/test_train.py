@@ -44,8 +44,8 @@ def _copy_setup(seed=0):
     val = synthetic_pairs("copy", 100, 3, 6, 10, seed=1)
     tok = WordTokenizer.train(train)
     torch.manual_seed(seed)
-    model = build_model(preset("tiny", d_model=64, d_ff=128), tok.src_vocab_size, tok.tgt_vocab_size)
-    cfg = TrainConfig(epochs=10, warmup_steps=100, lr_factor=0.3, max_tokens=1000, label_smoothing=0.0,
+    model = build_model(preset("tiny", d_model=64, d_ff=128, norm_first=True), tok.src_vocab_size, tok.tgt_vocab_size)
+    cfg = TrainConfig(epochs=10, warmup_steps=100, lr_factor=0.5, max_tokens=1000, label_smoothing=0.0,
                       eval_bleu=False, seed=seed, device="cpu")
     return model, tok, train, val, cfg
 

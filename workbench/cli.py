@@ -53,8 +53,25 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init_distributed() -> bool:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1): NCCL on CUDA, else gloo."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    return True
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .pipeline import train_translation
+
+    distributed = _init_distributed()
 
     summary = train_translation(
         preset_name=args.preset,
@@ -79,6 +96,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         val_src=args.val_src,
         val_tgt=args.val_tgt,
     )
+    if distributed:
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        dist.destroy_process_group()
+        if rank != 0:
+            return 0
     print(json.dumps(summary, indent=2))
     return 0
 

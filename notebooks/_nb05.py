@@ -1,0 +1,154 @@
+NAME = "05_multi_head_interpretation"
+CELLS = [
+("md", r"""
+# 05 · What the heads of a trained translator do
+
+Multi-head attention runs $h$ attention functions side by side on different learned projections and concatenates
+their outputs before $W^O$: $\mathrm{MultiHead}(Q,K,V) = \mathrm{Concat}(\mathrm{head}_1..\mathrm{head}_h)W^O$.
+Do the heads specialise? We look at every head of a German→English model: its patterns, how peaked it is
+(confidence, entropy), whether it tracks neighbouring positions, how much the loss depends on it (gradient importance,
+Michel et al. 2019), what happens when heads are switched off, and whether cross-attention lines up with a word aligner.
+"""),
+("params", """
+SMOKE: bool = False  # tiny model and data (what CI runs)
+SEED: int = 0  # seeds every random draw
+CHECKPOINT: str = ""  # a trained checkpoint to inspect; empty: train (or reuse the cached) small model
+TRAIN_MINUTES: float = 5.0  # training budget when no checkpoint is given (shared with notebook 07's cache)
+N_EVAL: int = 200  # validation sentences for statistics, importance and pruning
+SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz ."  # sentence to inspect
+"""),
+("code", "COMMON"),
+("code", """
+from workbench.pipeline import get_translator
+from workbench.data import load_multi30k
+from workbench.batching import make_batch, token_batches
+from workbench.heads import head_entropy, head_confidence, positional_score, head_importance, prune_order, mask_heads
+from workbench.analysis import inspect_translation, to_bertviz, ibm1, ibm1_align, word_spans, word_attention, alignment_agreement
+from workbench.decode import translate
+from workbench.metrics import corpus_bleu
+if SMOKE:
+    model, tok, state = get_translator(preset_name="tiny", minutes=0.25, limit=3000, vocab_size=1500, seed=SEED,
+                                       checkpoint=CHECKPOINT or None, max_tokens=2000, warmup_steps=200)
+    n_eval = 40
+else:
+    model, tok, state = get_translator(preset_name="small", minutes=TRAIN_MINUTES, seed=SEED, checkpoint=CHECKPOINT or None,
+                                       max_tokens=3072, warmup_steps=1000, checkpoint_every=150)
+    n_eval = N_EVAL
+val = load_multi30k("val", "de", "en")[:n_eval]
+cfg = model.cfg
+print(f"model: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model}")
+"""),
+("md", "## Every head on one sentence"),
+("code", """
+ins = inspect_translation(model, tok, SENTENCE)
+print("translation:", ins.translation)
+for kind in ("enc_self", "dec_self", "cross"):
+    q, k = ins.axes(kind)
+    L = len(ins.cache.layers(kind))
+    w = torch.stack([ins.weights(kind, l) for l in range(L)])           # (L, H, Tq, Tk)
+    figures.head_grid(w, q, k, layer_labels=[f"{kind} L{l}" for l in range(L)], title=f"{kind}: every layer and head").show()
+"""),
+("md", "## Confidence, entropy and positional heads over the validation set"),
+("code", """
+src_ids, tgt_ids = tok.encode_src([s for s, _ in val]), tok.encode_tgt([t for _, t in val])
+idx = token_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], 1500, shuffle=False)
+batches = [make_batch([src_ids[i] for i in b], [tgt_ids[i] for i in b], tok.pad_id) for b in idx]
+stats = {}
+for b in batches:
+    with wb.capture_attention(model) as cache, torch.no_grad():
+        model(b.src, b.tgt_in)
+    qmask = {"enc_self": b.src != 0, "dec_self": b.tgt_in != 0, "cross": b.tgt_in != 0}
+    for kind in ("enc_self", "dec_self", "cross"):
+        for l in cache.layers(kind):
+            w = cache[kind, l]
+            s = stats.setdefault((kind, l), {"conf": [], "ent": [], "prev": [], "next": [], "n": []})
+            s["conf"].append(head_confidence(w, qmask[kind])); s["ent"].append(head_entropy(w, qmask[kind]))
+            if kind != "cross":
+                s["prev"].append(positional_score(w, -1, qmask[kind])); s["next"].append(positional_score(w, +1, qmask[kind]))
+            s["n"].append(int(qmask[kind].sum()))
+rows, conf, ent = [], [], []
+for (kind, l), s in stats.items():
+    wts = torch.tensor(s["n"], dtype=torch.float)[:, None]
+    rows.append(f"{kind} L{l}")
+    conf.append((torch.stack(s["conf"]) * wts).sum(0) / wts.sum()); ent.append((torch.stack(s["ent"]) * wts).sum(0) / wts.sum())
+conf, ent = torch.stack(conf), torch.stack(ent)
+figures.head_stat_figure(conf, rows, "confidence (mean max weight)").show()
+figures.head_stat_figure(ent, rows, "entropy (nats)").show()
+enc_prev = torch.stack([torch.stack(stats[("enc_self", l)]["prev"]).mean(0) for l in range(cfg.n_enc_layers)])
+enc_next = torch.stack([torch.stack(stats[("enc_self", l)]["next"]).mean(0) for l in range(cfg.n_enc_layers)])
+best_prev = float(enc_prev.max()); best_next = float(enc_next.max())
+print(f"strongest previous-token head puts {best_prev:.2f} of its weight on position i-1; next-token head {best_next:.2f} on i+1")
+metrics.update(max_confidence=float(conf.max()), min_entropy=float(ent.min()), max_entropy=float(ent.max()),
+               best_prev_token_weight=best_prev, best_next_token_weight=best_next)
+"""),
+("md", "## Head importance and pruning\nImportance of head $h$ = $\\mathbb{E}\\,|\\partial L/\\partial \\xi_h|$ where $\\xi_h$ gates the head's output (normalised per layer). Switching off the least important heads first should hurt far less than switching off the most important ones:"),
+("code", """
+imp = head_importance(model, batches, tok.pad_id)
+imp_rows = [f"{k} L{l}" for (k, l) in imp]
+figures.head_stat_figure(torch.stack(list(imp.values())), imp_rows, "head importance (per-layer normalised)").show()
+order = prune_order(imp)
+def val_loss(masked):
+    with mask_heads(model, masked):
+        return wb.train.evaluate(model, batches, tok.pad_id)["loss"]
+def val_bleu(masked):
+    with mask_heads(model, masked):
+        return corpus_bleu(translate(model, tok, [s for s, _ in val], beam=1), [t for _, t in val]).score
+fractions = [0.0, 0.25, 0.5, 0.75] if SMOKE else [0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9]
+curve = {"least important first": [], "most important first": []}
+for f in fractions:
+    k = int(round(f * len(order)))
+    curve["least important first"].append(val_bleu(order[:k]))
+    curve["most important first"].append(val_bleu(order[::-1][:k]))
+figures.line_figure([f * 100 for f in fractions], curve, xlabel="% of heads masked", ylabel="BLEU (greedy, val)",
+                    title="pruning curve").show()
+half = len(order) // 2
+loss_low, loss_high, loss_none = val_loss(order[:half]), val_loss(order[::-1][:half]), val_loss([])
+print(f"val loss: all heads {loss_none:.3f}, least-important half off {loss_low:.3f}, most-important half off {loss_high:.3f}")
+metrics.update(bleu_all_heads=curve["least important first"][0], loss_all_heads=loss_none,
+               loss_prune_least_half=loss_low, loss_prune_most_half=loss_high, pruning_curve=curve, fractions=fractions)
+"""),
+("md", "## Cross-attention against a word aligner\nIBM Model 1, trained by EM on the training pairs, gives each English word its most likely German word. For every decoder layer we pool cross-attention from subwords to words and take the most-attended source word:"),
+("code", """
+train_pairs = load_multi30k("train", "de", "en", limit=2000 if SMOKE else 10000)
+t_prob = ibm1(train_pairs, iterations=5)
+agree = {}
+for src_text, _ in val[: (20 if SMOKE else 100)]:
+    ins = inspect_translation(model, tok, src_text)
+    ref = ibm1_align(t_prob, src_text, ins.translation)
+    qw, kw = word_spans(ins.out_tokens), word_spans(ins.src_tokens)
+    if max(qw) < 0 or max(kw) < 0:
+        continue
+    for l in range(cfg.n_dec_layers):
+        heads = ins.weights("cross", l)
+        for h in list(range(cfg.n_heads)) + ["mean"]:
+            w = heads.mean(0) if h == "mean" else heads[h]
+            pred = word_attention(w, qw, kw).argmax(-1).tolist()
+            agree.setdefault((l, h), []).append(alignment_agreement(pred, ref[: len(pred)]))
+agreement = {k: float(np.nanmean(v)) for k, v in agree.items()}
+best = max(agreement, key=agreement.get)
+mean_src_words = float(np.mean([len(s.split()) for s, _ in val]))
+print(f"best head {best}: {agreement[best]:.2f} agreement with IBM-1 (chance about {1/mean_src_words:.2f})")
+figures.bar_figure([f"L{l} h{h}" for (l, h) in agreement], list(agreement.values()), title="agreement with IBM-1 alignment").show()
+metrics.update(best_alignment_agreement=agreement[best], chance_alignment=1 / mean_src_words)
+"""),
+("md", "## Explore freely\nThe inspector below works offline (plotly). bertviz's view needs its JavaScript from a CDN, so it may stay blank without internet; the plotly head view beside it does not."),
+("code", """
+from workbench.widgets import AttentionInspector
+inspector = AttentionInspector(model, tok, sentence=SENTENCE)
+inspector
+"""),
+("code", """
+from bertviz import head_view
+ins = inspect_translation(model, tok, SENTENCE)
+head_view(**to_bertviz(ins.cache, ins.src_tokens, ins.tgt_tokens))
+figures.head_lines(ins.weights("cross", -1), ins.out_tokens, ins.src_tokens, title="cross-attention, last layer (offline view)").show()
+"""),
+("code", """
+with open("metrics.json", "w") as f:
+    json.dump(metrics, f, indent=1)
+assert metrics["max_entropy"] > metrics["min_entropy"]          # heads differ in how peaked they are
+assert metrics["loss_prune_least_half"] < metrics["loss_prune_most_half"]   # importance ranks heads usefully
+if not SMOKE:  # a real translator: cross-attention follows the word aligner far above chance
+    assert metrics["best_alignment_agreement"] > 2 * metrics["chance_alignment"]
+"""),
+]
