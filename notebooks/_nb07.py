@@ -14,7 +14,7 @@ SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # evaluate this checkpoint instead of training (e.g. runs/bench-small/averaged.pt)
 TRAIN_MINUTES: float = 5.0  # Transformer budget (the model is cached and shared with notebook 05)
 RNN_MINUTES: float = 2.0  # budget of the recurrent baseline
-N_TEST: int = 1000  # test_2016_flickr sentences to score (1000 = all)
+N_TEST: int = 1000  # test_2016_flickr sentences to score; the split has 1000
 """),
 ("code", "COMMON"),
 ("code", """

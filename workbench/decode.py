@@ -135,8 +135,9 @@ def beam_search(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Batched beam search with GNMT length penalty; hypotheses are ranked by log P / lp at the end.
 
-    Finished hypotheses stay in the beam with a frozen score (they only extend with padding), so the search
-    stops when every beam of every sentence has produced eos or the length budget is spent.
+    Finished hypotheses stay in the beam with a frozen score (they only extend with padding). A sentence stops
+    as soon as its best finished hypothesis cannot be overtaken (its normalised score beats every unfinished beam's
+    best possible one), and the search stops when every sentence has stopped or the length budget is spent.
 
     Shapes:
         src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
@@ -183,6 +184,11 @@ def beam_search(
             lengths = lengths.index_select(0, origin) + (~was_done).long()
             done = was_done | (token == eos_id)
             scores = top.view(-1)
+            # early stop per sentence: log-probabilities only fall, so an unfinished beam can at best reach
+            # score / lp(limit); once the best finished hypothesis beats that bound, the sentence is decided
+            finished_best = torch.where(done, scores / length_penalty(lengths, alpha), float("-inf")).view(B, K).max(-1).values
+            bound = torch.where(done, float("-inf"), scores / length_penalty(limits, alpha)).view(B, K).max(-1).values
+            done = done | (finished_best >= bound).repeat_interleave(K)
             if bool(done.all()):
                 break
         normalised = (scores / length_penalty(lengths, alpha)).view(B, K)
