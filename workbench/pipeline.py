@@ -214,4 +214,6 @@ def get_translator(
         train_translation(preset_name=preset_name, src=src, tgt=tgt, out_dir=run, arch=arch, epochs=1000,
                           max_minutes=minutes, data_dir=data_dir, vocab_size=vocab_size, limit=limit, seed=seed,
                           **train_overrides)
-    return load_model(run / "last.pt")
+    model, tokenizer, state = load_model(run / "last.pt")
+    state["run_dir"] = str(run)
+    return model, tokenizer, state
