@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import complexity, decode, heads, train  # noqa: E402, F401  (submodules used as wb.decode..., wb.train...)
 from .attention import KVCache, MultiHeadAttention, attention_weights, scaled_dot_product_attention
 from .capture import AttentionCache, capture_attention, hooks_remaining
 from .config import PRESETS, ModelConfig, TrainConfig, preset
@@ -21,8 +22,6 @@ from .model import Transformer, build_model
 from .positional import distance_matrix, sinusoidal_table
 from .rnn import RNNConfig, RNNSeq2Seq, build_rnn
 from .runtime import count_parameters, resolve_device, set_seed
-
-from . import complexity, decode, heads, train  # noqa: E402  (submodules used as wb.decode..., wb.train...)
 
 __version__ = "0.1.0"
 
