@@ -115,6 +115,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
+        if not zipfile.is_zipfile(path):
+            raise CheckpointError(
+                f"{path} is not a readable checkpoint (not a torch archive): it is truncated or corrupt; use an "
+                "earlier file (ckpt_stepNNNNNNN.pt) or train again"
+            ) from exc
         raise CheckpointError(
             f"{path} holds objects other than tensors and plain containers, which weights_only loading refuses "
             "(it could run arbitrary code): only load checkpoints written by the workbench"

@@ -150,19 +150,9 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
-    from .notebooks import run_series
+    from .notebooks import parse_parameters, run_series
 
-    params = {}
-    for item in args.param or []:
-        if "=" not in item:
-            from .errors import NotebookParameterError
-
-            raise NotebookParameterError(f"parameter {item!r} is not NAME=VALUE: write e.g. -p EPOCHS=3")
-        name, value = item.split("=", 1)
-        try:
-            params[name] = json.loads(value)
-        except json.JSONDecodeError:
-            params[name] = value
+    params = parse_parameters(args.param or [])
     only = args.only or None
     results = run_series(out_dir=Path(args.out), smoke=args.smoke, only=only, parameters=params or None)
     failed = [r for r in results if r.get("status") != "ok"]

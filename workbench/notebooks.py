@@ -1,13 +1,33 @@
-"""Run the notebook series headless: papermill execution, parameter checks, HTML reports and an index page."""
+"""Run the teaching notebooks headless: parameter checks, papermill execution, HTML reports and an index page.
+
+Each notebook runs with its own output folder as working directory, so the ``metrics.json`` it writes lands
+next to its executed copy::
+
+    reports/
+      index.html                      one row per notebook: status, run time, headline metrics, links
+      summary.json                    the same as data
+      02_scaled_dot_product_attention/
+        02_scaled_dot_product_attention.ipynb    executed notebook (outputs included)
+        02_scaled_dot_product_attention.html     HTML export, plotly.js embedded (opens offline)
+        metrics.json                             what the notebook measured
+
+papermill only *warns* about a parameter the notebook does not declare; :func:`check_parameters` refuses it
+(suggesting the closest name) and refuses values whose type does not match the declared annotation.
+"""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import difflib
 import html
 import json
 import logging
 import os
+import re
+import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,75 +35,206 @@ from .errors import NotebookParameterError
 
 log = logging.getLogger(__name__)
 
-_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
+ENV_VAR = "WORKBENCH_NOTEBOOKS"  # overrides the notebook folder
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"  # NN_name.ipynb; files starting with "_" (generators, drafts) are skipped
+PARAMETER_TYPES: dict[str, type | tuple[type, ...]] = {"bool": bool, "int": int, "float": (float, int), "str": str}
+# a <script src=...> that loads plotly.js from a CDN: reports must embed plotly.js instead
+PLOTLY_CDN = re.compile(r"""<script[^>]+src=["'][^"']*(cdn\.plot\.ly|/npm/plotly|plotly[^"'/]*\.min\.js)""", re.I)
+PLOTLY_EMBEDDED = "plotly.js v"  # the banner comment at the top of the plotly.js bundle
 
 
+# -- where the notebooks are ------------------------------------------------------------------------------------
 def notebooks_dir(directory: str | Path | None = None) -> Path:
-    """``directory``, else ``$WORKBENCH_NOTEBOOKS``, else ``notebooks/`` next to the package (source checkout)."""
+    """The notebook folder: ``directory`` if given, else ``$WORKBENCH_NOTEBOOKS``, else ``notebooks/`` at the
+    root of the source checkout (next to the ``workbench`` package)."""
     if directory is not None:
-        return Path(directory)
-    if os.environ.get("WORKBENCH_NOTEBOOKS"):
-        return Path(os.environ["WORKBENCH_NOTEBOOKS"])
+        return Path(directory).expanduser()
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
     return Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def list_notebooks(directory: str | Path | None = None) -> list[Path]:
-    """The numbered notebooks (``NN_name.ipynb``), in order."""
+    """The numbered notebooks (``NN_name.ipynb``) of the folder, in order.
+
+    Raises:
+        NotebookParameterError: the folder holds no numbered notebook.
+    """
     folder = notebooks_dir(directory)
-    found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
+    found = sorted(folder.glob(NOTEBOOK_GLOB))
     if not found:
-        raise NotebookParameterError(f"no notebooks (NN_name.ipynb) in {folder}: pass --dir or set WORKBENCH_NOTEBOOKS")
+        raise NotebookParameterError(
+            f"no notebooks named NN_name.ipynb in {folder}: pass the folder explicitly or set ${ENV_VAR}"
+        )
     return found
 
 
+def select_notebooks(notebooks: Sequence[Path], only: str | Sequence[str] | None) -> list[Path]:
+    """Keep the notebooks whose number or name matches ``only`` (``"02"``, ``"02_scaled"``, ``"positional"``).
+
+    Raises:
+        NotebookParameterError: a selector that matches no notebook.
+    """
+    if not only:
+        return list(notebooks)
+    wanted = [only] if isinstance(only, str) else list(only)
+    chosen: list[Path] = []
+    for sel in wanted:
+        sel = str(sel).strip()
+        hits = [p for p in notebooks if p.stem == sel or p.stem.startswith(f"{sel}_") or p.stem.startswith(sel)
+                or (len(sel) > 2 and sel in p.stem)]
+        if not hits:
+            raise NotebookParameterError(
+                f"--only {sel!r} matches none of {[p.stem for p in notebooks]}: use a number such as "
+                f"{notebooks[0].stem[:2]!r} or part of a name"
+            )
+        chosen += [p for p in hits if p not in chosen]
+    return sorted(chosen)
+
+
+# -- parameters -------------------------------------------------------------------------------------------------
 def notebook_parameters(path: str | Path) -> dict[str, dict[str, Any]]:
-    """The names, annotated types and defaults of the notebook's ``parameters`` cell (via papermill)."""
+    """The notebook's ``parameters`` cell as papermill reads it: name -> ``{"name", "inferred_type_name",
+    "default", "help"}`` (``default`` is the source text of the literal, ``help`` the trailing comment)."""
     import papermill
 
-    return papermill.inspect_notebook(str(path))
+    path = Path(path)
+    if not path.exists():
+        raise NotebookParameterError(f"notebook {path} does not exist: check the path or run list_notebooks()")
+    return dict(papermill.inspect_notebook(str(path)))
 
 
 def check_parameters(path: str | Path, params: dict[str, Any]) -> None:
-    """Refuse misspelt or ill-typed parameters (papermill itself only warns)."""
+    """Refuse parameters the notebook does not declare, and values of the wrong type.
+
+    The type comes from the annotation in the ``parameters`` cell (``bool``, ``int``, ``float``, ``str``); an
+    int is accepted for a float, a bool is not accepted for an int.
+
+    Raises:
+        NotebookParameterError: naming the bad parameter, the closest declared name and the declared type.
+    """
     declared = notebook_parameters(path)
+    name_of = Path(path).name
     for name, value in params.items():
         if name not in declared:
-            close = difflib.get_close_matches(name, list(declared), n=1)
-            hint = f" did you mean {close[0]}?" if close else ""
+            close = difflib.get_close_matches(name, list(declared), n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]}? " if close else ""
             raise NotebookParameterError(
-                f"{Path(path).name} has no parameter {name!r}:{hint} its parameters are {sorted(declared)}"
+                f"{name_of} has no parameter {name!r}: {hint}its parameters are {', '.join(sorted(declared))}"
             )
-        expected = _TYPES.get(str(declared[name].get("inferred_type_name", "")).strip())
-        ok = expected is None or isinstance(value, expected) or (expected is float and isinstance(value, int))
-        if expected is int and isinstance(value, bool):
-            ok = False
+        type_name = str(declared[name].get("inferred_type_name") or "").strip()
+        expected = PARAMETER_TYPES.get(type_name)
+        if expected is None:
+            continue  # no annotation papermill understands: nothing to check against
+        ok = isinstance(value, expected) and not (isinstance(value, bool) and type_name != "bool")
         if not ok:
             raise NotebookParameterError(
-                f"{Path(path).name}: parameter {name} must be {expected.__name__}, got {value!r} ({type(value).__name__})"
+                f"{name_of}: parameter {name} is declared {type_name} (default {declared[name].get('default')}), "
+                f"got {value!r} of type {type(value).__name__}: pass a {type_name}"
             )
 
 
-def _kernel_name() -> str:
-    """A kernel for this interpreter; installs the ``python3`` kernelspec for the user if none exists."""
+def parse_parameters(items: Sequence[str]) -> dict[str, Any]:
+    """``["SMOKE=True", "D_MODEL=128", "SENTENCE=a b"]`` -> a dict; values are Python literals, anything that
+    is not a literal stays a string (for the CLI's ``-p NAME=VALUE``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise NotebookParameterError(f"parameter {item!r} is not NAME=VALUE: write it like D_MODEL=128")
+        try:
+            value = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            value = raw
+        out[name.strip()] = value
+    return out
+
+
+# -- running ----------------------------------------------------------------------------------------------------
+def kernel_name_for_this_python(preferred: str = "python3") -> str:
+    """A kernelspec that runs this interpreter: ``preferred`` when it exists, else the ``python3`` kernelspec is
+    installed for the user (``ipykernel.kernelspec.install``), which CI machines may lack.
+
+    jupyter_client starts a kernelspec whose command is ``python`` with ``sys.executable``, so the kernel sees
+    the same packages as the runner.
+    """
     from jupyter_client.kernelspec import KernelSpecManager
 
     specs = KernelSpecManager().find_kernel_specs()
-    if "python3" not in specs:
-        from ipykernel.kernelspec import install
+    if preferred in specs:
+        return preferred
+    if preferred != "python3":
+        raise NotebookParameterError(
+            f"no Jupyter kernel named {preferred!r} (installed: {sorted(specs)}): pick one of them, or install it "
+            f"with `python -m ipykernel install --user --name {preferred}`"
+        )
+    from ipykernel.kernelspec import install
 
-        install(user=True)
+    log.info("installing the python3 kernelspec for %s", sys.executable)
+    install(user=True)
     return "python3"
 
 
-def export_html(executed: Path, target: Path) -> Path:
-    """HTML of an executed notebook; outputs keep plotly.js embedded (figures render offline)."""
+@contextlib.contextmanager
+def _kernel_environment(threads: int | None = None) -> Iterator[None]:
+    """Environment the kernel inherits while notebooks run.
+
+    * The package's parent folder goes first on PYTHONPATH, so the kernel imports this very ``workbench`` although
+      it runs in the output folder (source checkouts without ``pip install -e .``).
+    * ``threads`` sets OMP_NUM_THREADS / MKL_NUM_THREADS: on a busy machine with few cores, torch's default of one
+      thread per core can make the many small operations of a notebook run ten times slower.
+    """
+    root = str(Path(__file__).resolve().parents[1])
+    changes = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    if threads is not None:
+        if threads < 1:
+            raise NotebookParameterError(f"threads={threads}: use 1 or more, or None for torch's default")
+        changes.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    before = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def export_html(executed: str | Path, target: str | Path) -> Path:
+    """Write the HTML export of an executed notebook (nbconvert, ``lab`` template).
+
+    The figures keep the plotly.js that ``figures.setup_offline_renderer()`` embedded in the outputs, so the page
+    draws them without network access.
+    """
     import nbformat
     from nbconvert import HTMLExporter
 
-    nb = nbformat.read(executed, as_version=4)
+    nb = nbformat.read(str(executed), as_version=4)
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    target = Path(target)
     target.write_text(body, encoding="utf-8")
     return target
+
+
+def html_is_offline(page: str) -> bool:
+    """True when the page loads no plotly.js from a CDN (it may embed it, or have no figure at all)."""
+    return PLOTLY_CDN.search(page) is None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _error_summary(exc: BaseException) -> str:
+    """The failing cell's exception and the line that raised it (a bare ``assert`` has no message of its own)."""
+    ename, evalue = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", str(exc))
+    text = f"{ename}: {evalue}".strip()
+    lines = [_ANSI.sub("", ln) for ln in "\n".join(getattr(exc, "traceback", None) or []).splitlines()]
+    arrows = [ln.split("---->", 1)[1].strip() for ln in lines if "---->" in ln]  # IPython marks the failing line
+    if arrows:
+        text += f" (cell {getattr(exc, 'exec_count', '?')}, line {arrows[-1]})"
+    return text[:2000]
 
 
 def run_notebook(
@@ -91,98 +242,178 @@ def run_notebook(
     out_dir: str | Path,
     parameters: dict[str, Any] | None = None,
     smoke: bool = False,
+    kernel_name: str = "python3",
     timeout: int | None = None,
     html_report: bool = True,
+    raise_on_error: bool = False,
+    threads: int | None = None,
 ) -> dict[str, Any]:
-    """Execute one notebook with papermill in its own output folder; return name, status, seconds, metrics."""
+    """Execute one notebook with papermill in ``out_dir/NN_name/`` and collect what it measured.
+
+    Args:
+        path: the notebook.
+        out_dir: parent of the notebook's output folder.
+        parameters: values for the ``parameters`` cell (checked with :func:`check_parameters` first).
+        smoke: set ``SMOKE=True`` (small sizes, as CI runs it).
+        kernel_name: Jupyter kernel (the ``python3`` kernelspec is installed for the user if missing).
+        timeout: seconds allowed per cell (None: no limit).
+        html_report: also write the HTML export.
+        raise_on_error: re-raise a failing cell's error instead of returning ``status="failed"``.
+        threads: torch threads in the kernel (OMP_NUM_THREADS); None keeps torch's default (one per core).
+
+    Returns:
+        ``{"name", "status" ("ok" | "failed"), "seconds", "metrics" (the notebook's metrics.json, {} if none),
+        "parameters", "notebook" (executed .ipynb), "html" (or None), "html_offline" (no CDN plotly.js),
+        "error" (only when failed)}``.
+
+    Raises:
+        NotebookParameterError: an unknown or ill-typed parameter (before anything runs).
+    """
     import papermill
 
     path = Path(path).resolve()
     params = dict(parameters or {})
-    declared = notebook_parameters(path)
     if smoke:
         params["SMOKE"] = True
-    params = {k: v for k, v in params.items() if k in declared or k == "SMOKE"}
     check_parameters(path, params)
+    kernel = kernel_name_for_this_python(kernel_name)
     work = Path(out_dir).resolve() / path.stem
     work.mkdir(parents=True, exist_ok=True)
-    (work / "metrics.json").unlink(missing_ok=True)
-    executed = work / path.name
-    start = time.perf_counter()
-    result: dict[str, Any] = {"name": path.stem, "notebook": str(executed), "parameters": params}
-    try:
-        papermill.execute_notebook(
-            str(path), str(executed), parameters=params, cwd=str(work), kernel_name=_kernel_name(),
-            progress_bar=False, log_output=False, execution_timeout=timeout,
-        )
-        result["status"] = "ok"
-    except Exception as exc:  # papermill raises PapermillExecutionError with the cell's traceback
-        result["status"] = "failed"
-        result["error"] = str(exc)[-2000:]
-    result["seconds"] = round(time.perf_counter() - start, 1)
     metrics_file = work / "metrics.json"
+    metrics_file.unlink(missing_ok=True)  # never report the metrics of an earlier run
+    executed = work / path.name
+    result: dict[str, Any] = {"name": path.stem, "parameters": params, "notebook": str(executed), "html": None}
+    log.info("running %s with %s", path.name, params or "default parameters")
+    start = time.perf_counter()
+    try:
+        with _kernel_environment(threads):
+            papermill.execute_notebook(
+                str(path), str(executed), parameters=params, kernel_name=kernel, cwd=str(work),
+                progress_bar=False, log_output=False, execution_timeout=timeout, start_timeout=180,
+            )
+        result["status"] = "ok"
+    except Exception as exc:  # papermill's PapermillExecutionError carries the failing cell's ename/evalue
+        result["status"] = "failed"
+        result["error"] = _error_summary(exc)
+        log.warning("%s failed: %s", path.name, result["error"])
+        if raise_on_error:
+            raise
+    finally:
+        result["seconds"] = round(time.perf_counter() - start, 2)
     result["metrics"] = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
     if html_report and executed.exists():
-        result["html"] = str(export_html(executed, work.with_suffix(".html")))
+        page = export_html(executed, work / f"{path.stem}.html")
+        result["html"] = str(page)
+        result["html_offline"] = html_is_offline(page.read_text(encoding="utf-8"))
     return result
 
 
-def _select(notebooks: list[Path], only: list[str] | None) -> list[Path]:
-    if not only:
-        return notebooks
-    chosen = [p for p in notebooks if any(p.stem.startswith(o) or o in p.stem for o in only)]
-    if not chosen:
-        raise NotebookParameterError(f"--only {only} matches none of {[p.stem for p in notebooks]}")
-    return chosen
+# -- the series -------------------------------------------------------------------------------------------------
+def _headline(metrics: dict[str, Any], limit: int = 6) -> str:
+    parts = []
+    for key, value in metrics.items():
+        if isinstance(value, (bool, int, str)):
+            parts.append(f"{key}={value}")
+        elif isinstance(value, float):
+            parts.append(f"{key}={value:.4g}")
+        if len(parts) == limit:
+            break
+    return ", ".join(parts)
 
 
-def write_index(results: list[dict[str, Any]], out_dir: Path) -> Path:
+def write_index(results: Sequence[dict[str, Any]], out_dir: str | Path) -> Path:
+    """Write ``index.html`` (and ``summary.json``) listing every notebook run: status, seconds, headline
+    metrics, and links to its HTML report and executed notebook."""
+    out = Path(out_dir)
     rows = []
     for r in results:
-        headline = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                             for k, v in list(r.get("metrics", {}).items())[:6] if isinstance(v, (int, float, str)))
-        link = Path(r["html"]).name if r.get("html") else ""
+        folder = Path(r["notebook"]).parent
+        link = (lambda p: html.escape(Path(p).relative_to(out.resolve()).as_posix()))  # noqa: E731
+        name = html.escape(r["name"])
+        report = f"<a href='{link(r['html'])}'>{name}</a>" if r.get("html") else name
+        nb_link = f"<a href='{link(r['notebook'])}'>ipynb</a>" if Path(r["notebook"]).exists() else ""
+        status = html.escape(r["status"])
+        if r.get("error"):
+            status += f"<br><small>{html.escape(r['error'][:300])}</small>"
         rows.append(
-            f"<tr><td><a href='{html.escape(link)}'>{html.escape(r['name'])}</a></td><td>{r['status']}</td>"
-            f"<td>{r['seconds']:.1f}</td><td>{html.escape(headline)}</td></tr>"
+            f"<tr class='{html.escape(r['status'])}'><td>{report}</td><td>{status}</td><td>{r['seconds']:.1f}</td>"
+            f"<td>{html.escape(_headline(r.get('metrics', {})))}</td><td>{nb_link}</td>"
+            f"<td>{html.escape(folder.name)}/metrics.json</td></tr>"
         )
     page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Attention Workbench reports</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:4px 12px;border-bottom:1px solid #ddd}</style>"
-        "</head><body><h1>Attention Workbench: notebook reports</h1><table><tr><th>notebook</th><th>status</th>"
-        f"<th>seconds</th><th>headline metrics</th></tr>{''.join(rows)}</table></body></html>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>Attention Workbench: notebook reports</title>"
+        "<style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{padding:6px 12px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}"
+        "tr.failed td{background:#fdecea}</style></head><body>"
+        "<h1>Attention Workbench: notebook reports</h1>"
+        f"<p>{sum(r['status'] == 'ok' for r in results)} of {len(results)} notebooks ran without error.</p>"
+        "<table><tr><th>notebook</th><th>status</th><th>seconds</th><th>headline metrics</th><th>executed</th>"
+        f"<th>all metrics</th></tr>{''.join(rows)}</table></body></html>"
     )
-    index = out_dir / "index.html"
+    out.mkdir(parents=True, exist_ok=True)
+    index = out / "index.html"
     index.write_text(page, encoding="utf-8")
-    (out_dir / "summary.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "summary.json").write_text(json.dumps(list(results), indent=1, default=str), encoding="utf-8")
     return index
 
 
 def run_series(
     out_dir: str | Path = "reports",
     smoke: bool = False,
-    only: list[str] | None = None,
+    only: str | Sequence[str] | None = None,
     parameters: dict[str, Any] | None = None,
     directory: str | Path | None = None,
+    kernel_name: str = "python3",
+    timeout: int | None = None,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the numbered notebooks in order; writes per-notebook HTML, ``index.html`` and ``summary.json``.
+    """Run the numbered notebooks in order and write their reports plus ``out_dir/index.html``.
 
-    ``parameters`` apply to every notebook that declares them (a name no notebook declares is an error).
+    Args:
+        out_dir: where the reports go (one folder per notebook).
+        smoke: run every notebook with ``SMOKE=True``.
+        only: notebook numbers or names to run (default: all).
+        parameters: values applied to every notebook that declares them; a name that no selected notebook
+            declares is an error (with the closest declared name).
+        directory: the notebook folder (default: see :func:`notebooks_dir`).
+        kernel_name, timeout, threads: as in :func:`run_notebook`.
+
+    Returns:
+        One result dict per notebook (see :func:`run_notebook`); a failing notebook does not stop the series.
     """
     from tqdm.auto import tqdm
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    notebooks = _select(list_notebooks(directory), only)
-    if parameters:
-        known = set().union(*(notebook_parameters(p) for p in notebooks))
-        unknown = sorted(set(parameters) - known)
-        if unknown:
-            close = {u: difflib.get_close_matches(u, sorted(known), n=1) for u in unknown}
-            raise NotebookParameterError(f"no notebook has parameter(s) {unknown} (closest: {close}); known: {sorted(known)}")
-    results = []
+    notebooks = select_notebooks(list_notebooks(directory), only)
+    declared = {p: notebook_parameters(p) for p in notebooks}
+    parameters = dict(parameters or {})
+    known = set().union(*declared.values())
+    unknown = sorted(set(parameters) - known)
+    if unknown:
+        close = {u: difflib.get_close_matches(u, sorted(known), n=1, cutoff=0.5) for u in unknown}
+        hints = ", ".join(f"{u} (did you mean {c[0]}?)" if c else u for u, c in close.items())
+        raise NotebookParameterError(f"no selected notebook has the parameter(s) {hints}; known: {sorted(known)}")
+    results: list[dict[str, Any]] = []
     for nb in tqdm(notebooks, desc="notebooks", unit="nb"):
-        log.info("running %s", nb.name)
-        results.append(run_notebook(nb, out, parameters=parameters, smoke=smoke))
-        write_index(results, out)
+        own = {k: v for k, v in parameters.items() if k in declared[nb]}
+        results.append(run_notebook(nb, out, parameters=own, smoke=smoke, kernel_name=kernel_name, timeout=timeout,
+                                    threads=threads))
+        write_index(results, out)  # refreshed after every notebook, so a long series can be watched
     return results
+
+
+def main_run(
+    out: str | Path = "reports",
+    smoke: bool = False,
+    only: str | Sequence[str] | None = None,
+    params: Sequence[str] | dict[str, Any] | None = None,
+    directory: str | Path | None = None,
+    threads: int | None = None,
+) -> int:
+    """Entry point for ``workbench notebooks run``: runs the series and returns the exit code (0: all ran).
+
+    ``params`` may be ``NAME=VALUE`` strings (parsed with :func:`parse_parameters`) or a dict.
+    """
+    parameters = parse_parameters(params) if params and not isinstance(params, dict) else dict(params or {})
+    results = run_series(out, smoke=smoke, only=only, parameters=parameters, directory=directory, threads=threads)
+    return 0 if all(r["status"] == "ok" for r in results) else 1

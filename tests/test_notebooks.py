@@ -1,0 +1,266 @@
+"""The notebook series: structure of every notebook, SMOKE runs read back through metrics.json, the headless runner.
+
+Executing tests are marked ``notebook`` (deselect with ``-m "not notebook"``); each SMOKE run takes 10-30 s.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from workbench.errors import NotebookParameterError
+from workbench.notebooks import (
+    check_parameters,
+    html_is_offline,
+    kernel_name_for_this_python,
+    list_notebooks,
+    notebook_parameters,
+    notebooks_dir,
+    parse_parameters,
+    run_notebook,
+    run_series,
+    select_notebooks,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = list_notebooks(REPO / "notebooks")
+PARAM_LINE = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*:\s*(?P<type>bool|int|float|str)\s*=\s*(?P<value>.+?)\s+#\s*\S")
+UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
+
+
+def _approx(value: float, target: float, tol: float) -> bool:
+    return abs(value - target) <= tol
+
+
+# what each notebook's metrics.json must show after a SMOKE run: (key, check) pairs
+EXPECTED: dict[str, list[tuple[str, object]]] = {
+    "02_scaled_dot_product_attention": [
+        ("max_path_difference", lambda v: v < 1e-5),
+        ("padding_weight_max", lambda v: v == 0.0),
+        ("variance_slope", lambda v: _approx(v, 1.0, 0.1)),
+        ("scaled_variance_mean", lambda v: _approx(v, 1.0, 0.1)),
+        ("max_weight_unscaled_largest_dk", lambda v: v > 0.8),
+        ("max_weight_scaled_largest_dk", lambda v: v < 0.4),
+        ("jacobian_unscaled_largest_dk", lambda v: v < 0.15),
+        ("jacobian_scaled_largest_dk", lambda v: _approx(v, 0.3, 0.05)),
+        ("dot_flops_counted", lambda v: v > 0),
+        ("intermediate_ratio", lambda v: v > 1),
+    ],
+    "03_positional_encoding": [
+        ("norm_error", lambda v: v < 1e-4),
+        ("offset_spread", lambda v: v < 1e-3),
+        ("grows_until_offset", lambda v: v >= 4),
+        ("offset_rank_correlation", lambda v: v > 0.8),
+        ("rotation_error", lambda v: v < 1e-4),
+        ("distance_formula_error", lambda v: v < 1e-3),
+        ("learned_relative_offset_spread", lambda v: v > 0.01),
+        ("learned_refuses_long_input", lambda v: v is True),
+        ("learned_load_refused", lambda v: v is True),
+        ("sinusoidal_extends", lambda v: v is True),
+        ("learned_val_loss", lambda v: v > 0),
+    ],
+    "04_masked_attention": [
+        ("future_weights_exactly_zero", lambda v: v is True),
+        ("workbench_zero_on_empty_row", lambda v: v is True),
+        ("shift_ok", lambda v: v is True),
+        ("no_leak", lambda v: v is True),
+        ("past_max_diff", lambda v: v == 0.0),
+        ("future_changes", lambda v: v is True),
+        ("dependency_upper_max", lambda v: v == 0.0),
+        ("cache_max_diff", lambda v: v < 1e-4),
+        ("cache_same_greedy_output", lambda v: v is True),
+    ],
+    "06_complexity": [
+        ("flops_slope_n_self_attention", lambda v: _approx(v, 2.0, 0.05)),
+        ("flops_slope_n_recurrent", lambda v: _approx(v, 1.0, 0.05)),
+        ("flops_slope_d_recurrent", lambda v: _approx(v, 2.0, 0.05)),
+        ("flops_slope_d_convolutional", lambda v: _approx(v, 2.0, 0.05)),
+        ("flops_slope_d_self_attention", lambda v: _approx(v, 1.0, 0.05)),
+        ("flops_slope_n_restricted", lambda v: _approx(v, 1.0, 0.05)),
+        ("memory_slope_n_self_attention", lambda v: v > 1.7),
+        ("flop_ratio_at_n_eq_d", lambda v: _approx(v, 1.0, 1e-9)),
+        ("recurrent_steps_equal_n", lambda v: v is True),
+        ("path_lengths_match", lambda v: v is True),
+    ],
+}
+
+
+# -- structure (no execution) -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_parameters_cell_is_upper_snake_typed_literals(path):
+    nb = nbformat.read(path, as_version=4)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: expected one cell tagged 'parameters', found {len(tagged)}"
+    lines = [ln for ln in tagged[0].source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    names = []
+    for line in lines:
+        m = PARAM_LINE.match(line)
+        assert m, f"{path.name}: {line!r} is not 'NAME: type = literal  # comment'"
+        assert UPPER_SNAKE.match(m["name"]), f"{path.name}: parameter {m['name']} is not UPPER_SNAKE"
+        value = ast.literal_eval(m["value"])  # literals only
+        assert isinstance(value, {"bool": bool, "int": int, "float": (int, float), "str": str}[m["type"]])
+        names.append(m["name"])
+    declared = notebook_parameters(path)
+    assert sorted(declared) == sorted(names), "papermill must parse every parameter line (no '=' in comments)"
+    assert declared["SMOKE"]["inferred_type_name"] == "bool" and declared["SMOKE"]["default"] == "False"
+    assert declared["SEED"]["inferred_type_name"] == "int"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: run nbstripout on it"
+    assert "papermill" not in nb.metadata
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_check_parameters_rejects_misspelt_and_ill_typed(path):
+    check_parameters(path, {"SMOKE": True, "SEED": 3})  # fine
+    with pytest.raises(NotebookParameterError, match=r"SMOKEE.*did you mean SMOKE\?"):
+        check_parameters(path, {"SMOKEE": True})
+    with pytest.raises(NotebookParameterError, match=r"SMOKE is declared bool"):
+        check_parameters(path, {"SMOKE": "yes"})
+    with pytest.raises(NotebookParameterError, match=r"SEED is declared int"):
+        check_parameters(path, {"SEED": 1.5})
+    with pytest.raises(NotebookParameterError, match=r"SEED is declared int"):
+        check_parameters(path, {"SEED": True})  # a bool is not an int here
+
+
+def test_expected_metrics_cover_existing_notebooks():
+    stems = {p.stem for p in NOTEBOOKS}
+    assert set(EXPECTED) <= stems, f"EXPECTED names notebooks that do not exist: {set(EXPECTED) - stems}"
+
+
+# -- a synthetic notebook for the runner ------------------------------------------------------------------------
+def _write_notebook(path: Path, body: str, params: str = "SMOKE: bool = False  # small\nSEED: int = 0  # seed\n"
+                    "RATE: float = 0.5  # a float\nLABEL: str = \"x\"  # a string") -> Path:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(params)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), cell, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+FIGURE_BODY = """
+import json, numpy as np
+from workbench import figures
+figures.setup_offline_renderer()
+figures.attention_heatmap(np.eye(3), ["a", "b", "c"], ["a", "b", "c"]).show()
+json.dump({"smoke": SMOKE, "rate": RATE, "label": LABEL}, open("metrics.json", "w"))
+"""
+
+
+def test_check_parameters_types_on_synthetic_notebook(tmp_path):
+    nb = _write_notebook(tmp_path / "01_tiny.ipynb", "pass")
+    check_parameters(nb, {"RATE": 1, "LABEL": "y", "SEED": 2})  # an int is a fine float
+    with pytest.raises(NotebookParameterError, match="LABEL is declared str"):
+        check_parameters(nb, {"LABEL": 3})
+    with pytest.raises(NotebookParameterError, match="did you mean RATE"):
+        check_parameters(nb, {"RAT": 0.1})
+
+
+def test_parse_parameters():
+    assert parse_parameters(["SMOKE=True", "SEED=3", "RATE=0.5", "LABEL=two words"]) == {
+        "SMOKE": True, "SEED": 3, "RATE": 0.5, "LABEL": "two words"}
+    with pytest.raises(NotebookParameterError, match="NAME=VALUE"):
+        parse_parameters(["SMOKE"])
+
+
+def test_notebook_folder_resolution(tmp_path, monkeypatch):
+    import workbench
+
+    monkeypatch.delenv("WORKBENCH_NOTEBOOKS", raising=False)
+    assert notebooks_dir() == Path(workbench.__file__).resolve().parents[1] / "notebooks"
+    monkeypatch.setenv("WORKBENCH_NOTEBOOKS", str(tmp_path))
+    assert notebooks_dir() == tmp_path
+    with pytest.raises(NotebookParameterError, match="WORKBENCH_NOTEBOOKS"):
+        list_notebooks()
+    _write_notebook(tmp_path / "02_b.ipynb", "pass")
+    _write_notebook(tmp_path / "01_a.ipynb", "pass")
+    (tmp_path / "_draft.ipynb").write_text("{}")
+    assert [p.name for p in list_notebooks()] == ["01_a.ipynb", "02_b.ipynb"]
+    assert [p.name for p in select_notebooks(list_notebooks(), "02")] == ["02_b.ipynb"]
+    with pytest.raises(NotebookParameterError, match="matches none"):
+        select_notebooks(list_notebooks(), "09")
+
+
+def test_unknown_kernel_is_reported():
+    with pytest.raises(NotebookParameterError, match="no Jupyter kernel named"):
+        kernel_name_for_this_python("no-such-kernel-xyz")
+
+
+def test_html_is_offline_detects_cdn_scripts():
+    assert html_is_offline("<script>/* plotly.js v3 */ var u = 'https://cdn.plot.ly/un/';</script>")
+    assert not html_is_offline('<script src="https://cdn.plot.ly/plotly-2.35.2.min.js"></script>')
+    assert not html_is_offline('<script src="https://cdn.jsdelivr.net/npm/plotly.js-dist@3/plotly.min.js"></script>')
+
+
+@pytest.mark.notebook
+def test_run_series_writes_index_and_offline_html(tmp_path):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    _write_notebook(folder / "01_figure.ipynb", FIGURE_BODY)
+    _write_notebook(folder / "02_broken.ipynb", "raise ValueError('deliberate failure')")
+    out = tmp_path / "reports"
+    results = run_series(out, smoke=True, parameters={"RATE": 2.5}, directory=folder, threads=1, timeout=120)
+    ok, broken = results
+    assert ok["status"] == "ok" and ok["metrics"] == {"smoke": True, "rate": 2.5, "label": "x"}
+    assert Path(ok["notebook"]).parent == out.resolve() / "01_figure"
+    assert (out / "01_figure" / "metrics.json").exists()
+    page = Path(ok["html"]).read_text(encoding="utf-8")
+    assert "plotly.js v" in page and "plotly-graph-div" in page  # plotly.js embedded, figure present
+    assert ok["html_offline"] and not re.search(r"<script[^>]+src=[\"'][^\"']*plotly", page)
+    assert broken["status"] == "failed" and "deliberate failure" in broken["error"] and broken["metrics"] == {}
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "01_figure/01_figure.html" in index and "02_broken" in index and "1 of 2 notebooks" in index
+    assert json.loads((out / "summary.json").read_text())[0]["name"] == "01_figure"
+    with pytest.raises(NotebookParameterError, match="did you mean RATE"):
+        run_series(out, smoke=True, parameters={"RATEE": 1.0}, directory=folder)
+
+
+# -- the real notebooks, on SMOKE parameters --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("notebook_reports")
+    cache: dict[str, dict] = {}
+
+    def run(path: Path) -> dict:
+        if path.stem not in cache:
+            cache[path.stem] = run_notebook(path, out, smoke=True, threads=1, timeout=300)
+        return cache[path.stem]
+
+    return run
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_on_smoke_parameters(path, smoke_runs):
+    result = smoke_runs(path)
+    assert result["status"] == "ok", result.get("error")
+    assert result["parameters"] == {"SMOKE": True}
+    metrics = result["metrics"]
+    assert metrics, f"{path.name} wrote no metrics.json in its output folder"
+    for key, check in EXPECTED.get(path.stem, []):
+        assert key in metrics, f"{path.name}: metrics.json lacks {key!r}"
+        assert check(metrics[key]), f"{path.name}: {key} = {metrics[key]!r}"
+    assert result["html_offline"]
+
+
+def test_missing_python3_kernelspec_is_installed_for_the_user(monkeypatch):
+    from ipykernel import kernelspec
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    calls = []
+    monkeypatch.setattr(KernelSpecManager, "find_kernel_specs", lambda self: {})
+    monkeypatch.setattr(kernelspec, "install", lambda **kw: calls.append(kw))
+    assert kernel_name_for_this_python() == "python3"
+    assert calls == [{"user": True}]
