@@ -7,6 +7,7 @@ import json
 import pytest
 
 from workbench.cli import main
+from workbench.errors import CheckpointError
 
 
 @pytest.mark.parametrize("command", [[], ["train"], ["translate"], ["evaluate"], ["average"], ["notebooks", "run"], ["bench"], ["info"]])
@@ -51,5 +52,5 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert main(["evaluate", "--checkpoint", str(tmp_path / "bad.pt")]) == 2
     assert "truncated or corrupt" in capsys.readouterr().err
     assert main(["average", str(tmp_path)]) == 2
-    with pytest.raises(Exception):
+    with pytest.raises(CheckpointError):  # --debug lets the real exception (and its traceback) through
         main(["--debug", "translate", "--checkpoint", str(tmp_path / "missing.pt"), "hallo"])
