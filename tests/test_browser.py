@@ -1,0 +1,143 @@
+"""Real-browser tests: the inspector widget in a live JupyterLab, and offline HTML reports, in headless Chromium.
+
+Debian's Chromium (/usr/bin/chromium) driven by the playwright package; never a browser download.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+INSPECTOR_CELL = """
+import torch, workbench as wb
+from workbench.tokenizer import WordTokenizer
+from workbench.widgets import AttentionInspector
+tok = WordTokenizer.train([("ein mann fährt ein rotes fahrrad", "a man rides a red bike")])
+torch.manual_seed(0)
+model = wb.build_model(wb.preset("tiny", n_heads=2), tok.src_vocab_size, tok.tgt_vocab_size).eval()
+insp = AttentionInspector(model, tok, sentence="ein mann fährt ein rotes fahrrad")
+insp
+"""
+
+Z_OF_FIRST_PLOT = "() => { const gd = document.querySelector('.js-plotly-plot'); return gd && gd.data ? JSON.stringify(gd.data[0].z) : null; }"
+N_TRACES = "() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g.offsetParent !== null).map(g => g.data.length)"
+
+
+def test_inspector_in_jupyterlab(browser, tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(INSPECTOR_CELL))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "inspect.ipynb")
+    from workbench.notebooks import kernel_name_for_this_python
+
+    kernel_name_for_this_python()  # make sure a python3 kernelspec exists
+    port, token = _free_port(), "workbench-test-token"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         "--allow-root", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}", "--ServerApp.open_browser=False",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+                break
+            except Exception:
+                if time.time() > deadline or server.poll() is not None:
+                    pytest.fail("JupyterLab did not start")
+                time.sleep(1)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/inspect.ipynb?token={token}")
+        page.wait_for_selector(".jp-Notebook", timeout=90_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Notebook .jp-Cell", timeout=60_000)
+        time.sleep(3)  # let the kernel connect
+        page.click(".jp-Cell .jp-InputArea-editor")
+        page.keyboard.press("Shift+Enter")
+        page.wait_for_selector(".widget-slider", timeout=120_000)
+        page.wait_for_function("() => { const g = document.querySelector('.js-plotly-plot'); return g && g.data; }", timeout=60_000)
+        before = page.evaluate(Z_OF_FIRST_PLOT)
+        # layer slider: keyboard on the noUiSlider handle (the same event path as a drag)
+        t0 = time.perf_counter()
+        page.focus(".widget-slider .noUi-handle")
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"() => {{ const g = document.querySelector('.js-plotly-plot'); return g && JSON.stringify(g.data[0].z) !== {json.dumps(before)}; }}", timeout=30_000)
+        slider_ms = (time.perf_counter() - t0) * 1000
+        assert page.inner_text(".widget-readout").strip() == "1"
+        after = page.evaluate(Z_OF_FIRST_PLOT)
+        assert after != before
+        # head picker: "all heads" shows the grid, one heatmap per head
+        head_select = page.locator(".widget-dropdown select").nth(1)
+        head_select.select_option(label="all heads")
+        page.wait_for_function(f"() => ({N_TRACES})().includes(2)", timeout=30_000)
+        page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)
+        assert (tmp_path / "inspector.png").stat().st_size > 10_000
+        print(f"figure updated {slider_ms:.0f} ms after the slider key press (browser round trip)")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_html_report_renders_offline(browser, tmp_path):
+    from workbench.notebooks import list_notebooks, run_notebook
+
+    nb = next(p for p in list_notebooks() if p.name.startswith("04_"))
+    result = run_notebook(nb, tmp_path, smoke=True)
+    assert result["status"] == "ok", result.get("error")
+    html = Path(result["html"])
+    page = browser.new_page()
+    external = []
+
+    def route(r):
+        if r.request.url.startswith("file:"):
+            r.continue_()
+        else:
+            external.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(html.as_uri())
+    page.wait_for_timeout(3000)
+    n_plots = page.evaluate("() => document.querySelectorAll('.js-plotly-plot').length")
+    n_drawn = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g.querySelector('svg.main-svg')).length")
+    assert n_plots >= 3 and n_drawn == n_plots  # every plotly figure drew, with all network requests blocked
+    assert not any("plot.ly" in u or "plotly" in u for u in external)  # plotly.js came from the page itself
