@@ -54,3 +54,10 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert main(["average", str(tmp_path)]) == 2
     with pytest.raises(CheckpointError):  # --debug lets the real exception (and its traceback) through
         main(["--debug", "translate", "--checkpoint", str(tmp_path / "missing.pt"), "hallo"])
+
+
+def test_bench_quick_writes_json(tmp_path, capsys):
+    assert main(["bench", "--quick", "--json", str(tmp_path / "b.json")]) == 0
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert report["train_step_ratio_ours_over_nn"] > 0 and "capture_inactive_overhead_pct" in report
+    assert report["decoding"]["greedy_cache_speedup"] > 0

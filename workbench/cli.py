@@ -165,7 +165,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import main as bench_main
 
-    return bench_main(suites=args.suite, quick=args.quick, out_json=Path(args.json) if args.json else None)
+    return bench_main(quick=args.quick, out_json=args.json)
 
 
 # -- parser --------------------------------------------------------------------------------------------------------
@@ -237,7 +237,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_notebooks)
 
     p = sub.add_parser("bench", help="benchmarks: print a table and write JSON")
-    p.add_argument("--suite", action="append", help="suite to run (repeatable; default: all)")
     p.add_argument("--quick", action="store_true", help="small sizes, under a minute")
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     p.set_defaults(func=cmd_bench)
