@@ -187,6 +187,9 @@ def fit(
     stop = ""
     for epoch in range(start_epoch, cfg.epochs):
         idx = token_batches(src_lens, tgt_lens, cfg.max_tokens, shuffle=True, seed=cfg.seed, epoch=epoch, world_size=world, rank=rank)
+        if cfg.accum_steps > 1 and len(idx) >= cfg.accum_steps:
+            # every optimizer step sees exactly accum_steps micro-batches (as every DDP step sees world_size batches)
+            idx = idx[: len(idx) - len(idx) % cfg.accum_steps]
         net.train()
         ep_loss, ep_tok, ep_all_tok, ep_t = 0.0, 0, 0, time.perf_counter()
         bar = tqdm(idx, desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch", leave=False, disable=rank != 0, mininterval=2.0)
