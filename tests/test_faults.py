@@ -45,3 +45,32 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, multi30k_di
     assert a["history"]["train_loss"] == b["history"]["train_loss"]
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
+
+
+SAVER = """
+import sys, torch, workbench as wb
+from workbench.checkpoint import save_checkpoint
+from workbench.tokenizer import WordTokenizer
+tok = WordTokenizer.train([("a b", "b a")])
+model = wb.build_model(wb.preset("small"), 4000, 4000)   # ~ 50 MB per checkpoint: saving takes a while
+step = 0
+while True:
+    step += 1
+    with torch.no_grad():
+        model.generator.weight.fill_(float(step))
+    save_checkpoint(sys.argv[1], model, tok, step=step)
+    print(step, flush=True)
+"""
+
+
+def test_kill_during_save_never_leaves_a_partial_file_under_the_final_name(tmp_path):
+    target = tmp_path / "ckpt.pt"
+    for attempt in range(4):
+        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(target)], stdout=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()  # one complete save has happened
+        assert first.strip(), "the saver process failed to start"
+        time.sleep(0.05 + 0.11 * attempt)  # land somewhere inside a later save
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        state = load_checkpoint(target)  # whatever is under the final name is a complete checkpoint
+        assert float(state["model"]["generator.weight"][0, 0]) == state["step"]
