@@ -1,16 +1,14 @@
-"""Core speed figures (train step vs nn.Transformer, capture overhead, cached decoding): see workbench.benchmark.
+"""Speed and memory benchmarks (same as ``workbench bench``): see :mod:`workbench.benchmark`.
 
-    python bench/core.py [--quick] [--json out.json]      (same as: workbench bench)
+    python bench/core.py [--quick] [--suite NAME ...] [--json bench.json] [--print-json] [--device auto]
 """
 
-import argparse
+import logging
 import sys
 
-from workbench.benchmark import main
+from workbench.benchmark import build_parser, main
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    sys.exit(main(quick=args.quick, out_json=args.json))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    args = build_parser().parse_args()
+    sys.exit(main(args.suite, args.quick, args.json or None, args.device, args.print_json))

@@ -56,8 +56,25 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
         main(["--debug", "translate", "--checkpoint", str(tmp_path / "missing.pt"), "hallo"])
 
 
-def test_bench_quick_writes_json(tmp_path, capsys):
+def test_bench_quick_prints_table_and_writes_json(tmp_path, capsys, multi30k_dir, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_MULTI30K", str(multi30k_dir))
     assert main(["bench", "--quick", "--json", str(tmp_path / "b.json")]) == 0
+    table = capsys.readouterr().out
+    assert "training step vs nn.Transformer" in table and "decoding" in table
     report = json.loads((tmp_path / "b.json").read_text())
-    assert report["train_step_ratio_ours_over_nn"] > 0 and "capture_inactive_overhead_pct" in report
-    assert report["decoding"]["greedy_cache_speedup"] > 0
+    assert set(report) >= {"machine", "torch", "device", "attention", "train_step", "capture", "decoding", "e2e", "sdpa"}
+    assert [r["n"] for r in report["attention"]["rows"]] == [32, 64]
+    assert all(r["ms"]["ours_fused"] > 0 and r["ms"]["nn.MultiheadAttention"] > 0 for r in report["attention"]["rows"])
+    assert report["train_step"]["rows"][0]["ratio_ours_over_nn"] > 0
+    assert report["decoding"]["output_tokens"] == 40 and report["decoding"]["greedy_cache_speedup"] > 0
+    assert report["e2e"]["tokens_per_s"] > 0 and report["e2e"]["model_tflops_per_s"] > 0
+    # the fused path really reaches a fused SDPA kernel, in training and in evaluation
+    assert report["sdpa"]["train"] and report["sdpa"]["eval"]
+
+
+def test_bench_one_suite_and_unknown_suite(tmp_path, capsys):
+    assert main(["bench", "--quick", "--suite", "capture", "--json", "", "--print-json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "capture" in report and "attention" not in report
+    with pytest.raises(SystemExit):
+        main(["bench", "--suite", "nonsense"])

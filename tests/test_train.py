@@ -45,7 +45,8 @@ def _copy_setup(seed=0):
     tok = WordTokenizer.train(train)
     torch.manual_seed(seed)
     model = build_model(preset("tiny", d_model=64, d_ff=128, norm_first=True), tok.src_vocab_size, tok.tgt_vocab_size)
-    cfg = TrainConfig(epochs=10, warmup_steps=100, lr_factor=0.5, max_tokens=1000, label_smoothing=0.0,
+    # lr_factor 0.25 (peak lr 3e-3 at d_model 64): 0.5 diverged late on some CPUs (AVX2 vs AVX-512 rounding)
+    cfg = TrainConfig(epochs=15, warmup_steps=100, lr_factor=0.25, max_tokens=1000, label_smoothing=0.0,
                       eval_bleu=False, seed=seed, device="cpu")
     return model, tok, train, val, cfg
 
@@ -57,7 +58,7 @@ def test_tiny_model_learns_copy_task():
     hyps = translate(model, tok, [s for s, _ in val], beam=1)
     assert exact_match(hyps, [t for _, t in val]) >= 0.95
     assert history.val_loss[-1] < history.val_loss[0] / 4
-    assert len(history.train_loss) == 10 and history.stopped_reason == "epochs"
+    assert len(history.train_loss) == 15 and history.stopped_reason == "epochs"
 
 
 def test_deterministic_and_resume_equals_uninterrupted(tmp_path):

@@ -166,7 +166,8 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import main as bench_main
 
-    return bench_main(quick=args.quick, out_json=args.json)
+    return bench_main(args.suite, quick=args.quick, out_json=args.json or None, device=args.device,
+                      as_json=args.print_json)
 
 
 # -- parser --------------------------------------------------------------------------------------------------------
@@ -238,9 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook (JSON values)")
     r.set_defaults(func=cmd_notebooks)
 
-    p = sub.add_parser("bench", help="benchmarks: print a table and write JSON")
-    p.add_argument("--quick", action="store_true", help="small sizes, under a minute")
-    p.add_argument("--json", default=None, help="write the results to this JSON file")
+    from .benchmark import add_arguments as add_bench_arguments
+
+    p = sub.add_parser("bench", help="benchmarks: print a table and write JSON",
+                       description="Speed and memory benchmarks (attention, train step vs nn.Transformer, capture "
+                                   "overhead, cached decoding, end-to-end tokens/s, SDPA kernels).")
+    add_bench_arguments(p)
     p.set_defaults(func=cmd_bench)
     return parser
 

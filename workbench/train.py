@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from .batching import Batch, make_batch, token_batches
 from .config import TrainConfig
 from .errors import TrainingError
+from .flops import model_train_flops, peak_flops
 from .runtime import autocast, resolve_device, set_seed
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class History:
     val_bleu: list[float] = field(default_factory=list)  # sacreBLEU of greedy decoding on validation
     lr: list[float] = field(default_factory=list)  # learning rate at the end of the epoch
     tokens_per_s: list[float] = field(default_factory=list)  # source + target tokens processed per second
+    model_tflops_per_s: list[float] = field(default_factory=list)  # analytic training TFLOP/s (transformer only)
+    mfu: list[float | None] = field(default_factory=list)  # model FLOPs utilisation, None if the peak is unknown
     elapsed_s: list[float] = field(default_factory=list)  # wall-clock seconds since the start (training only)
     steps: list[int] = field(default_factory=list)  # optimizer step at each logged step loss
     step_loss: list[float] = field(default_factory=list)  # training loss at those steps
@@ -180,6 +183,7 @@ def fit(
 
     t0 = time.perf_counter() - (history.elapsed_s[-1] if history.elapsed_s else 0.0)
     budget = cfg.max_minutes * 60 if cfg.max_minutes else None
+    peak = peak_flops(device)  # for the MFU figure (None on a CPU unless WORKBENCH_PEAK_TFLOPS is set)
     best = min(history.val_loss) if history.val_loss else math.inf
     bad_epochs = 0
     if history.best_epoch is not None and history.val_loss:
@@ -191,13 +195,14 @@ def fit(
             # every optimizer step sees exactly accum_steps micro-batches (as every DDP step sees world_size batches)
             idx = idx[: len(idx) - len(idx) % cfg.accum_steps]
         net.train()
-        ep_loss, ep_tok, ep_all_tok, ep_t = 0.0, 0, 0, time.perf_counter()
+        ep_loss, ep_tok, ep_all_tok, ep_flops, ep_t = 0.0, 0, 0, 0, time.perf_counter()
         bar = tqdm(idx, desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch", leave=False, disable=rank != 0, mininterval=2.0)
         optimizer.zero_grad(set_to_none=True)
         for i, b_idx in enumerate(bar):
             batch = make_batch([train_src[j] for j in b_idx], [train_tgt[j] for j in b_idx], pad_id)
             if device.type == "cuda":
                 batch = batch.pin_memory().to(device, non_blocking=True)
+            ep_flops += model_train_flops(model, batch.src, batch.tgt_in) or 0
             with autocast(device, cfg.amp):
                 logits = net(batch.src, batch.tgt_in)
             loss_sum, n_tok = label_smoothed_loss(logits, batch.tgt_out, pad_id, cfg.label_smoothing)
@@ -220,7 +225,10 @@ def fit(
                 if step % cfg.log_every == 0:
                     history.steps.append(step)
                     history.step_loss.append(loss_value)
-                    bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+                    post = {"loss": f"{loss_value:.3f}", "lr": f"{scheduler.get_last_lr()[0]:.2e}"}
+                    if peak is not None and ep_flops:
+                        post["mfu"] = f"{ep_flops / max(time.perf_counter() - ep_t, 1e-9) / peak:.1%}"
+                    bar.set_postfix(post)
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and out is not None and rank == 0:
                     # numbered snapshots for averaging (resuming uses last.pt, written at epoch ends)
                     save_checkpoint(out / f"ckpt_step{step:07d}.pt", model, tokenizer=tokenizer, step=step,
@@ -237,6 +245,8 @@ def fit(
         seconds = time.perf_counter() - ep_t
         history.train_loss.append(ep_loss / max(ep_tok, 1))
         history.tokens_per_s.append(ep_all_tok * world / max(seconds, 1e-9))
+        history.model_tflops_per_s.append(ep_flops * world / max(seconds, 1e-9) / 1e12)
+        history.mfu.append(ep_flops / max(seconds, 1e-9) / peak if peak is not None and ep_flops else None)
         history.lr.append(scheduler.get_last_lr()[0])
         history.elapsed_s.append(time.perf_counter() - t0)
         val = evaluate(model, val_batches, pad_id, device)
@@ -255,10 +265,11 @@ def fit(
         else:
             bad_epochs += 1
         log.info(
-            "epoch %d: train %.3f val %.3f ppl %.2f%s, %.0f tok/s",
+            "epoch %d: train %.3f val %.3f ppl %.2f%s, %.0f tok/s, %.3g TFLOP/s%s",
             epoch + 1, history.train_loss[-1], val["loss"], val["ppl"],
             f" BLEU {history.val_bleu[-1]:.2f}" if history.val_bleu and cfg.eval_bleu else "",
-            history.tokens_per_s[-1],
+            history.tokens_per_s[-1], history.model_tflops_per_s[-1],
+            f", MFU {history.mfu[-1]:.1%}" if history.mfu[-1] is not None else "",
         )
         if cfg.patience is not None and bad_epochs >= cfg.patience:
             stop = stop or "early stopping"

@@ -1,0 +1,40 @@
+"""The analytic FLOP count agrees with PyTorch's own FLOP counter, and MFU uses it."""
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import workbench as wb
+from workbench.flops import forward_flops, mfu, model_train_flops, peak_flops, train_step_flops
+
+
+@pytest.mark.parametrize("name", ["tiny", "small"])
+def test_analytic_train_flops_match_torch_flop_counter(name):
+    cfg, vocab = wb.preset(name), 300
+    model = wb.build_model(cfg, vocab, vocab).train()
+    src, tgt = torch.randint(4, vocab, (3, 7)), torch.randint(4, vocab, (3, 9))
+    # the math backend decomposes attention into matmuls that the counter sees (fused CPU kernels are not counted)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, tgt).sum().backward()
+    measured = counter.get_total_flops()
+    assert train_step_flops(cfg, 3, 7, 9, vocab) == pytest.approx(measured, rel=1e-4)
+    assert model_train_flops(model, src, tgt) == train_step_flops(cfg, 3, 7, 9, vocab)
+    assert train_step_flops(cfg, 3, 7, 9, vocab) == 3 * forward_flops(cfg, 3, 7, 9, vocab)
+
+
+def test_no_count_for_the_recurrent_baseline():
+    from workbench.rnn import RNNConfig, build_rnn
+
+    model = build_rnn(RNNConfig(), 50, 50)
+    assert model_train_flops(model, torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long)) is None
+
+
+def test_peak_and_mfu(monkeypatch):
+    monkeypatch.delenv("WORKBENCH_PEAK_TFLOPS", raising=False)
+    assert peak_flops("cpu") is None and mfu(1e12, 1.0, "cpu") is None
+    monkeypatch.setenv("WORKBENCH_PEAK_TFLOPS", "2")
+    assert peak_flops("cpu") == 2e12 and mfu(1e12, 1.0, "cpu") == pytest.approx(0.5)
+    monkeypatch.setenv("WORKBENCH_PEAK_TFLOPS", "fast")
+    with pytest.raises(ValueError, match="WORKBENCH_PEAK_TFLOPS"):
+        peak_flops("cpu")
