@@ -38,3 +38,15 @@ def test_peak_and_mfu(monkeypatch):
     monkeypatch.setenv("WORKBENCH_PEAK_TFLOPS", "fast")
     with pytest.raises(ValueError, match="WORKBENCH_PEAK_TFLOPS"):
         peak_flops("cpu")
+
+
+def test_benchmark_reference_has_our_parameter_count():
+    """The nn.Transformer we race against is the same size (it adds only a final LayerNorm per stack)."""
+    from workbench import build_model, preset
+    from workbench.benchmark import NNTransformer
+
+    for name in ("tiny", "small"):
+        cfg = preset(name)
+        ours = sum(p.numel() for p in build_model(cfg, 500, 500).parameters())
+        ref = sum(p.numel() for p in NNTransformer(cfg, 500).parameters())
+        assert ref - ours == 2 * 2 * cfg.d_model  # encoder.norm and decoder.norm, weight and bias

@@ -51,11 +51,13 @@ SUITES = ("attention", "train_step", "capture", "decoding", "e2e", "sdpa")
 
 
 class NNTransformer(nn.Module):
-    """torch.nn.Transformer with the same embeddings, positions and tied generator as ours."""
+    """torch.nn.Transformer with the same embeddings (shared as ``cfg`` says), positions and tied generator as ours."""
 
     def __init__(self, cfg: wb.ModelConfig, vocab: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, cfg.d_model, padding_idx=0)
+        # a separate source embedding unless the config ties them, so both models have the same parameter count
+        self.src_embed = self.embed if cfg.tie_src_tgt else nn.Embedding(vocab, cfg.d_model, padding_idx=0)
         self.register_buffer("pe", wb.sinusoidal_table(cfg.max_len, cfg.d_model), persistent=False)
         self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff, cfg.dropout,
                                    batch_first=True, norm_first=cfg.norm_first)
@@ -65,7 +67,7 @@ class NNTransformer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        s = self.drop(self.embed(src) * self.scale + self.pe[: src.shape[1]])
+        s = self.drop(self.src_embed(src) * self.scale + self.pe[: src.shape[1]])
         t = self.drop(self.embed(tgt) * self.scale + self.pe[: tgt.shape[1]])
         pad = to_nn_mask(src != 0)
         causal = to_nn_mask(causal_mask(tgt.shape[1], device=tgt.device))
