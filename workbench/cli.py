@@ -96,6 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         val_src=args.val_src,
         val_tgt=args.val_tgt,
         accum_steps=args.accum_steps,
+        checkpoint_every=args.checkpoint_every,
     )
     if distributed:
         import torch.distributed as dist
@@ -201,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--accum-steps", type=int, default=1, help="micro-batches accumulated per optimizer step")
+    p.add_argument("--checkpoint-every", type=int, default=None,
+                   help="also snapshot every N optimizer steps, for `workbench average` (default: at epoch ends only)")
     p.add_argument("--train-src", default=None, help="your own training source file (one sentence a line)")
     p.add_argument("--train-tgt", default=None, help="your own training target file, aligned with --train-src")
     p.add_argument("--val-src", default=None, help="your own validation source file")
