@@ -32,7 +32,7 @@ if SMOKE:
     n_eval = 40
 else:
     model, tok, state = get_translator(preset_name="small", minutes=TRAIN_MINUTES, seed=SEED, checkpoint=CHECKPOINT or None,
-                                       max_tokens=3072, warmup_steps=1000, checkpoint_every=150)
+                                       max_tokens=3072, warmup_steps=400, checkpoint_every=150)
     n_eval = N_EVAL
 val = load_multi30k("val", "de", "en")[:n_eval]
 cfg = model.cfg
@@ -81,12 +81,13 @@ print(f"strongest previous-token head puts {best_prev:.2f} of its weight on posi
 metrics.update(max_confidence=float(conf.max()), min_entropy=float(ent.min()), max_entropy=float(ent.max()),
                best_prev_token_weight=best_prev, best_next_token_weight=best_next)
 """),
-("md", "## Head importance and pruning\nImportance of head $h$ = $\\mathbb{E}\\,|\\partial L/\\partial \\xi_h|$ where $\\xi_h$ gates the head's output (normalised per layer). Switching off the least important heads first should hurt far less than switching off the most important ones:"),
+("md", "## Head importance and pruning\nImportance of head $h$ = $\\mathbb{E}\\,|\\partial L/\\partial \\xi_h|$ where $\\xi_h$ gates the head's output (normalised per layer). Switching off the least important heads first should hurt far less than switching off the most important ones.\n\nPer-layer normalisation makes heads comparable *within* a layer (the heatmap); a global pruning order needs the raw scores, because normalising gives every layer the same total and so over-ranks the heads of layers that matter little (on this model, pruning half the heads by normalised scores hurt more than pruning a random half)."),
 ("code", """
-imp = head_importance(model, batches, tok.pad_id)
+raw_imp = head_importance(model, batches, tok.pad_id, normalise=False)
+imp = {key: v / v.norm().clamp_min(1e-12) for key, v in raw_imp.items()}  # per-layer normalised, for display
 imp_rows = [f"{k} L{l}" for (k, l) in imp]
 figures.head_stat_figure(torch.stack(list(imp.values())), imp_rows, "head importance (per-layer normalised)").show()
-order = prune_order(imp)
+order = prune_order(raw_imp)  # global order from the raw scores
 def val_loss(masked):
     with mask_heads(model, masked):
         return wb.train.evaluate(model, batches, tok.pad_id)["loss"]

@@ -61,7 +61,7 @@ class History:
     val_bleu: list[float] = field(default_factory=list)  # sacreBLEU of greedy decoding on validation
     lr: list[float] = field(default_factory=list)  # learning rate at the end of the epoch
     tokens_per_s: list[float] = field(default_factory=list)  # source + target tokens processed per second
-    model_tflops_per_s: list[float] = field(default_factory=list)  # analytic training TFLOP/s (transformer only)
+    model_tflops_per_s: list[float | None] = field(default_factory=list)  # analytic training TFLOP/s (None: no FLOP count, e.g. the GRU)
     mfu: list[float | None] = field(default_factory=list)  # model FLOPs utilisation, None if the peak is unknown
     elapsed_s: list[float] = field(default_factory=list)  # wall-clock seconds since the start (training only)
     steps: list[int] = field(default_factory=list)  # optimizer step at each logged step loss
@@ -245,7 +245,7 @@ def fit(
         seconds = time.perf_counter() - ep_t
         history.train_loss.append(ep_loss / max(ep_tok, 1))
         history.tokens_per_s.append(ep_all_tok * world / max(seconds, 1e-9))
-        history.model_tflops_per_s.append(ep_flops * world / max(seconds, 1e-9) / 1e12)
+        history.model_tflops_per_s.append(ep_flops * world / max(seconds, 1e-9) / 1e12 if ep_flops else None)
         history.mfu.append(ep_flops / max(seconds, 1e-9) / peak if peak is not None and ep_flops else None)
         history.lr.append(scheduler.get_last_lr()[0])
         history.elapsed_s.append(time.perf_counter() - t0)
@@ -265,10 +265,11 @@ def fit(
         else:
             bad_epochs += 1
         log.info(
-            "epoch %d: train %.3f val %.3f ppl %.2f%s, %.0f tok/s, %.3g TFLOP/s%s",
+            "epoch %d: train %.3f val %.3f ppl %.2f%s, %.0f tok/s%s%s",
             epoch + 1, history.train_loss[-1], val["loss"], val["ppl"],
             f" BLEU {history.val_bleu[-1]:.2f}" if history.val_bleu and cfg.eval_bleu else "",
-            history.tokens_per_s[-1], history.model_tflops_per_s[-1],
+            history.tokens_per_s[-1],
+            "" if history.model_tflops_per_s[-1] is None else f", {history.model_tflops_per_s[-1]:.3g} TFLOP/s",
             f", MFU {history.mfu[-1]:.1%}" if history.mfu[-1] is not None else "",
         )
         if cfg.patience is not None and bad_epochs >= cfg.patience:
