@@ -264,3 +264,21 @@ def test_missing_python3_kernelspec_is_installed_for_the_user(monkeypatch):
     monkeypatch.setattr(kernelspec, "install", lambda **kw: calls.append(kw))
     assert kernel_name_for_this_python() == "python3"
     assert calls == [{"user": True}]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_matches_its_paired_text_file(path: Path) -> None:
+    """Each .ipynb is paired with a jupytext percent .py file; editing one without syncing the other fails here."""
+    import jupytext
+
+    text_file = path.with_suffix(".py")
+    assert text_file.exists(), f"{text_file.name} missing: run `jupytext --set-formats ipynb,py:percent {path}`"
+    from_text = jupytext.read(text_file)
+    from_ipynb = nbformat.read(path, as_version=4)
+    pairs = list(zip(from_text.cells, from_ipynb.cells, strict=False))
+    assert len(from_text.cells) == len(from_ipynb.cells), f"{path.name}: cell counts differ; run `jupytext --sync {text_file}`"
+    for i, (a, b) in enumerate(pairs):
+        assert (a.cell_type, a.source.strip()) == (b.cell_type, b.source.strip()), (
+            f"{path.name}: cell {i} differs from {text_file.name}; run `jupytext --sync {text_file}`"
+        )
+        assert a.metadata.get("tags", []) == b.metadata.get("tags", []), f"{path.name}: cell {i} tags differ"

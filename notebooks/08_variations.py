@@ -1,23 +1,44 @@
-NAME = "08_variations"
-CELLS = [
-("md", r"""
-# 08 · The paper's Table 3, at notebook scale
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-Table 3 of the paper varies one thing at a time around the base model and reports development-set perplexity and
-BLEU: (A) the number of heads at constant compute, (B) the key size, (C) depth and width, (D) dropout and label
-smoothing, (E) learned instead of sinusoidal positions. We repeat the experiment on Multi30k with a small base model
-and an equal training budget per variant, and check whether each trend has the paper's sign. At this scale and budget
-the differences are small and noisy: read the table as a demonstration of the method, not as a replication.
-"""),
-("params", """
+# %% [markdown]
+# # 08 · The paper's Table 3, at notebook scale
+#
+# Table 3 of the paper varies one thing at a time around the base model and reports development-set perplexity and
+# BLEU: (A) the number of heads at constant compute, (B) the key size, (C) depth and width, (D) dropout and label
+# smoothing, (E) learned instead of sinusoidal positions. We repeat the experiment on Multi30k with a small base model
+# and an equal training budget per variant, and check whether each trend has the paper's sign. At this scale and budget
+# the differences are small and noisy: read the table as a demonstration of the method, not as a replication.
+
+# %% tags=["parameters"]
 SMOKE: bool = False  # tiny base model, seconds per variant (what CI runs)
 SEED: int = 0  # seeds every random draw
 SECONDS_PER_VARIANT: float = 25.0  # equal wall-clock training budget for every row
 TRAIN_PAIRS: int = 29000  # Multi30k training pairs used
 N_VAL: int = 300  # validation sentences for BLEU
-"""),
-("code", "COMMON"),
-("code", """
+
+# %%
+import json
+import numpy as np
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
 from workbench.data import load_multi30k
 from workbench.tokenizer import SubwordTokenizer
 from workbench.train import fit
@@ -26,8 +47,7 @@ from workbench.metrics import corpus_bleu
 train = load_multi30k("train", "de", "en", limit=3000 if SMOKE else TRAIN_PAIRS)
 val = load_multi30k("val", "de", "en")[: (40 if SMOKE else N_VAL)]
 tok = SubwordTokenizer.train(train, vocab_size=1500 if SMOKE else 6000)
-base = wb.preset("tiny", d_model=64, n_heads=4, d_ff=128, dropout=0.1, max_len=128) if SMOKE else \
-       wb.preset("small", d_model=128, n_heads=4, d_ff=512, n_enc_layers=2, n_dec_layers=2, max_len=128)
+base = wb.preset("tiny", d_model=64, n_heads=4, d_ff=128, dropout=0.1, max_len=128) if SMOKE else        wb.preset("small", d_model=128, n_heads=4, d_ff=512, n_enc_layers=2, n_dec_layers=2, max_len=128)
 seconds = 6.0 if SMOKE else SECONDS_PER_VARIANT
 D = base.d_model
 variants = {
@@ -40,8 +60,8 @@ variants = {
     "(D) no label smoothing": ({}, {"label_smoothing": 0.0}),
     "(E) learned positions": ({"positional": "learned"}, {}),
 }
-"""),
-("code", """
+
+# %%
 rows = {}
 for name, (model_kw, train_kw) in variants.items():
     wb.set_seed(SEED)
@@ -55,9 +75,12 @@ for name, (model_kw, train_kw) in variants.items():
 import pandas as pd
 table = pd.DataFrame(rows).T
 table
-"""),
-("md", "## Against the paper's signs\nThe paper found: a single head is worse than the base; smaller keys hurt; fewer layers hurt; removing dropout hurts; label smoothing raises perplexity but helps BLEU; learned positions are about as good as sinusoids."),
-("code", """
+
+# %% [markdown]
+# ## Against the paper's signs
+# The paper found: a single head is worse than the base; smaller keys hurt; fewer layers hurt; removing dropout hurts; label smoothing raises perplexity but helps BLEU; learned positions are about as good as sinusoids.
+
+# %%
 b = rows["base"]
 checks = {
     "(A) one head is worse": rows["(A) h=1, d_k=D"]["val_ppl"] > b["val_ppl"],
@@ -70,8 +93,8 @@ for k, v in checks.items():
     print(("agrees   " if v else "DIFFERS  ") + k)
 figures.bar_figure(list(rows), [r["val_ppl"] for r in rows.values()], title="validation perplexity per variant", ylabel="ppl").show()
 metrics.update(rows=rows, checks=checks, agreeing=sum(checks.values()))
-"""),
-("code", """
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert all(np.isfinite(r["val_ppl"]) and r["epochs"] >= 1 for r in rows.values())   # every variant trained
@@ -79,5 +102,3 @@ assert len({round(r["val_ppl"], 6) for r in rows.values()}) == len(rows)        
 assert rows["(B) d_k=D/8 (smaller keys)"]["params"] < b["params"]                       # the variants are what they claim
 assert rows["(C) 1 layer"]["params"] < b["params"]
 # how many trends keep the paper's sign is reported above (metrics["agreeing"]); at this budget it is noisy
-"""),
-]

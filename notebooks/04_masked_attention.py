@@ -1,23 +1,36 @@
-NAME = "04_masked_attention"
-CELLS = [
-("md", r"""
-# 04 · Masks: padding, the future, and what the decoder may see
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-Attention lets every query look at every key. Two kinds of keys must be hidden from it.
+# %% [markdown]
+# # 04 · Masks: padding, the future, and what the decoder may see
+#
+# Attention lets every query look at every key. Two kinds of keys must be hidden from it.
+#
+# * **Padding.** Sentences in a batch have different lengths, so the short ones are filled up with a `<pad>`
+#   token. Padding carries no meaning and must receive no attention.
+# * **The future.** In training the decoder is given the whole reference translation at once (*teacher forcing*)
+#   and predicts every next token in parallel. Position $t$ must therefore be kept from seeing positions after
+#   $t$, or it could simply read the answer.
+#
+# Both are boolean masks (in the workbench, `True` = *may attend*). They are applied to the scores before the
+# softmax by writing $-\infty$ where attention is not allowed; $e^{-\infty} = 0$, so those weights come out as exact
+# zeros. This notebook draws the masks, checks the zeros, shows the one-position shift of teacher forcing, proves
+# that no information leaks from the future, and shows that step-by-step decoding with a key/value cache computes
+# the same thing.
 
-* **Padding.** Sentences in a batch have different lengths, so the short ones are filled up with a `<pad>`
-  token. Padding carries no meaning and must receive no attention.
-* **The future.** In training the decoder is given the whole reference translation at once (*teacher forcing*)
-  and predicts every next token in parallel. Position $t$ must therefore be kept from seeing positions after
-  $t$, or it could simply read the answer.
-
-Both are boolean masks (in the workbench, `True` = *may attend*). They are applied to the scores before the
-softmax by writing $-\infty$ where attention is not allowed; $e^{-\infty} = 0$, so those weights come out as exact
-zeros. This notebook draws the masks, checks the zeros, shows the one-position shift of teacher forcing, proves
-that no information leaks from the future, and shows that step-by-step decoding with a key/value cache computes
-the same thing.
-"""),
-("params", """
+# %% tags=["parameters"]
 SMOKE: bool = False  # tiny model (what CI runs)
 SEED: int = 0  # seeds every random draw
 SOURCE: str = "Zwei Hunde spielen im tiefen Schnee ."  # first source sentence
@@ -27,12 +40,21 @@ SHORT_TARGET: str = "A dog runs ."  # its translation
 LEAK_POSITION: int = 3  # target tokens after this position are changed in the leak test
 PRESET: str = "small"  # model size for the leak and cache checks (SMOKE uses "tiny")
 MAX_EXTRA: int = 20  # greedy decoding budget beyond the source length
-"""),
-("code", """
+
+# %%
 preset_name = "tiny" if SMOKE else PRESET
-"""),
-("code", "COMMON"),
-("code", """
+
+# %%
+import json
+import numpy as np
+import torch
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
 from IPython.display import Markdown, display
 from workbench import analysis
 from workbench.masks import padding_mask, causal_mask, attention_mask
@@ -45,19 +67,19 @@ src_tok = [[tok.id_to_token(i, "src") for i in row] for row in batch.src.tolist(
 tin_tok = [[tok.id_to_token(i, "tgt") for i in row] for row in batch.tgt_in.tolist()]
 tout_tok = [[tok.id_to_token(i, "tgt") for i in row] for row in batch.tgt_out.tolist()]
 S, T = batch.src.shape[1], batch.tgt_in.shape[1]
-print("source ids:\\n", batch.src, "\\nsource tokens:", *src_tok, sep="\\n")
-"""),
-("md", r"""
-## The masks as matrices
+print("source ids:\n", batch.src, "\nsource tokens:", *src_tok, sep="\n")
 
-Rows are queries, columns are keys; blue cells may attend. For the second (shorter) sentence of the batch:
+# %% [markdown]
+# ## The masks as matrices
+#
+# Rows are queries, columns are keys; blue cells may attend. For the second (shorter) sentence of the batch:
+#
+# * **encoder self-attention**: every source position may look at every real source token, never at `<pad>`;
+# * **decoder self-attention**: causal, position $t$ sees positions $0..t$ only;
+# * **causal + padding**: the two combined (the padded target queries at the bottom are ignored by the loss anyway);
+# * **cross-attention**: each target position may look at every real source token (a target × source matrix).
 
-* **encoder self-attention**: every source position may look at every real source token, never at `<pad>`;
-* **decoder self-attention**: causal, position $t$ sees positions $0..t$ only;
-* **causal + padding**: the two combined (the padded target queries at the bottom are ignored by the loss anyway);
-* **cross-attention**: each target position may look at every real source token (a target × source matrix).
-"""),
-("code", """
+# %%
 src_pad = padding_mask(batch.src, tok.pad_id)                       # (B, S) True at real tokens
 tgt_pad = padding_mask(batch.tgt_in, tok.pad_id)                    # (B, T)
 masks = {
@@ -70,16 +92,16 @@ figures.masks_side_by_side(masks, title="True = may attend (second sentence of t
 figures.mask_figure(masks["cross (target → source)"], tin_tok[1], src_tok[1], title="cross-attention mask with tokens").show()
 metrics["padding_keys_blocked"] = bool((~masks["cross (target → source)"][:, batch.src[1] == tok.pad_id]).all())
 metrics["causal_is_lower_triangular"] = bool(torch.equal(masks["decoder self (causal)"], torch.ones(T, T).tril().bool()))
-"""),
-("md", r"""
-## $-\infty$ before the softmax gives exact zeros after
 
-Random scores for the target length, blocked cells set to $-\infty$, softmax along each row. The blocked weights are
-exactly `0.0` (not merely small), and each row still sums to one over what it may see. A query with *no*
-visible key would be a row of $-\infty$, for which a plain softmax returns NaN; the workbench defines its weights
-as zeros instead.
-"""),
-("code", """
+# %% [markdown]
+# ## $-\infty$ before the softmax gives exact zeros after
+#
+# Random scores for the target length, blocked cells set to $-\infty$, softmax along each row. The blocked weights are
+# exactly `0.0` (not merely small), and each row still sums to one over what it may see. A query with *no*
+# visible key would be a row of $-\infty$, for which a plain softmax returns NaN; the workbench defines its weights
+# as zeros instead.
+
+# %%
 scores = torch.randn(T, T, generator=torch.Generator().manual_seed(SEED))
 blocked = scores.masked_fill(~causal_mask(T), float("-inf"))
 w = torch.softmax(blocked, dim=-1)
@@ -90,33 +112,33 @@ ours = wb.attention_weights(torch.randn(1, 1, 1, 8), torch.randn(1, 1, 4, 8), ma
 print("fully masked row: plain softmax ->", plain.flatten().tolist(), "| workbench ->", ours.flatten().tolist())
 metrics.update(future_weights_exactly_zero=bool((w.triu(1) == 0).all()), rows_sum_error=float((w.sum(-1) - 1).abs().max()),
                plain_softmax_nan_on_empty_row=bool(plain.isnan().all()), workbench_zero_on_empty_row=bool((ours == 0).all()))
-"""),
-("md", r"""
-## Teacher forcing and the one-position shift
 
-The decoder's input is the reference shifted one step to the right: it starts with `<bos>` and drops the last
-token. The label at each position is the token that comes next, ending with `<eos>`. So position $t$ reads
-$y_0..y_{t-1}$ (thanks to the causal mask, and nothing more) and is trained to output $y_t$: every position of the
-sentence is a training example, all computed in one pass.
-"""),
-("code", """
+# %% [markdown]
+# ## Teacher forcing and the one-position shift
+#
+# The decoder's input is the reference shifted one step to the right: it starts with `<bos>` and drops the last
+# token. The label at each position is the token that comes next, ending with `<eos>`. So position $t$ reads
+# $y_0..y_{t-1}$ (thanks to the causal mask, and nothing more) and is trained to output $y_t$: every position of the
+# sentence is a training example, all computed in one pass.
+
+# %%
 n_real = int(tgt_pad[0].sum())
 rows = [{"position": t, "decoder sees": " ".join(tin_tok[0][: t + 1]), "input token": tin_tok[0][t], "label": tout_tok[0][t]}
         for t in range(n_real)]
 display(Markdown(analysis.markdown_table(rows)))
 metrics["shift_ok"] = (batch.tgt_in[0, 1:n_real].tolist() == batch.tgt_out[0, : n_real - 1].tolist()
                        and tin_tok[0][0] == "<bos>" and tout_tok[0][n_real - 1] == "<eos>")
-"""),
-("md", r"""
-## No leak from the future
 
-A freshly initialised model is enough to test the wiring (no training needed): change every target token after
-position `LEAK_POSITION` and run the model again. The logits at positions $0..$`LEAK_POSITION` must be identical
-bit for bit, while the later ones change. The figure below measures the same thing for every pair of positions
-with autograd: how strongly the output at position $t$ (row) depends on the decoder input at position $s$
-(column). Everything above the diagonal is exactly zero.
-"""),
-("code", """
+# %% [markdown]
+# ## No leak from the future
+#
+# A freshly initialised model is enough to test the wiring (no training needed): change every target token after
+# position `LEAK_POSITION` and run the model again. The logits at positions $0..$`LEAK_POSITION` must be identical
+# bit for bit, while the later ones change. The figure below measures the same thing for every pair of positions
+# with autograd: how strongly the output at position $t$ (row) depends on the decoder input at position $s$
+# (column). Everything above the diagonal is exactly zero.
+
+# %%
 model = wb.build_model(wb.preset(preset_name, dropout=0.0), tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id).eval()
 leak = analysis.future_leak_check(model, batch.src, batch.tgt_in, LEAK_POSITION, generator=torch.Generator().manual_seed(SEED))
 print("changed decoder input:", [tok.id_to_token(i) for i in leak["tgt_changed"][0].tolist()])
@@ -126,17 +148,17 @@ dep = analysis.decoder_dependency(model, batch.src[:1], batch.tgt_in[:1])       
 figures.attention_heatmap(dep / dep.max(), tin_tok[0], tin_tok[0], title="dependence of output t (row) on input s (column)").show()
 metrics.update(no_leak=leak["past_identical"], past_max_diff=leak["past_max_diff"], future_changes=leak["future_max_diff"] > 0,
                dependency_upper_max=float(dep.triu(1).abs().max()), dependency_lower_min=float(dep.tril().diagonal().min()))
-"""),
-("md", r"""
-## Step-by-step decoding with a key/value cache
 
-At inference there is no reference: the decoder produces one token, appends it to its input and runs again. Keys
-and values of earlier positions never change (the causal mask guarantees it), so each layer keeps them in a
-cache and only the new token is computed; the cross-attention keys and values come from the encoder output and are
-computed once, at the first step. The results must be the same as running the whole prefix each time, up to
-floating-point rounding, and greedy decoding must produce the same tokens either way.
-"""),
-("code", """
+# %% [markdown]
+# ## Step-by-step decoding with a key/value cache
+#
+# At inference there is no reference: the decoder produces one token, appends it to its input and runs again. Keys
+# and values of earlier positions never change (the causal mask guarantees it), so each layer keeps them in a
+# cache and only the new token is computed; the cross-attention keys and values come from the encoder output and are
+# computed once, at the first step. The results must be the same as running the whole prefix each time, up to
+# floating-point rounding, and greedy decoding must produce the same tokens either way.
+
+# %%
 with torch.no_grad():
     full = model(batch.src, batch.tgt_in)                                         # (B, T, V) in one pass
 steps, cache = analysis.incremental_logits(model, batch.src, batch.tgt_in)         # (B, T, V) one token at a time
@@ -152,8 +174,8 @@ print(f"greedy outputs identical: {torch.equal(g_cache, g_plain)} ({g_cache.shap
       f"time with cache {t_cache*1e3:.1f} ms, without {t_plain*1e3:.1f} ms (untrained model, so the output is gibberish)")
 metrics.update(cache_max_diff=cache_diff, cache_length=cache.length, cache_same_greedy_output=bool(torch.equal(g_cache, g_plain)),
                greedy_ms_cache=t_cache * 1e3, greedy_ms_no_cache=t_plain * 1e3)
-"""),
-("code", """
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["padding_keys_blocked"] and metrics["causal_is_lower_triangular"]
@@ -164,5 +186,3 @@ assert metrics["no_leak"] and metrics["past_max_diff"] == 0.0 and metrics["futur
 assert metrics["dependency_upper_max"] == 0.0 and metrics["dependency_lower_min"] > 0   # depends on s <= t only
 assert metrics["cache_max_diff"] < 1e-4 and metrics["cache_length"] == T                # cache = full pass
 assert metrics["cache_same_greedy_output"]
-"""),
-]

@@ -1,24 +1,37 @@
-NAME = "02_scaled_dot_product_attention"
-CELLS = [
-("md", r"""
-# 02 · Scaled dot-product attention
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-In self-attention every token plays three roles. As a **query** it asks "which other tokens matter to me?", as a
-**key** it is what the queries are compared against, and as a **value** it is what gets passed on once the
-comparison is made. All three are linear maps of the same token vectors $X$ (embeddings plus positions):
+# %% [markdown]
+# # 02 · Scaled dot-product attention
+#
+# In self-attention every token plays three roles. As a **query** it asks "which other tokens matter to me?", as a
+# **key** it is what the queries are compared against, and as a **value** it is what gets passed on once the
+# comparison is made. All three are linear maps of the same token vectors $X$ (embeddings plus positions):
+#
+# $$Q = XW^Q,\qquad K = XW^K,\qquad V = XW^V$$
+#
+# The paper's attention function compares every query with every key by a dot product, divides by $\sqrt{d_k}$,
+# turns each row of scores into weights with a softmax, and returns the weighted sum of the values:
+#
+# $$\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V$$
+#
+# This notebook computes it by hand on a tiny example, checks that the hand computation, PyTorch's fused kernel
+# and the workbench agree, measures **why** the $1/\sqrt{d_k}$ is there, and compares the dot product with the
+# older additive (Bahdanau) score.
 
-$$Q = XW^Q,\qquad K = XW^K,\qquad V = XW^V$$
-
-The paper's attention function compares every query with every key by a dot product, divides by $\sqrt{d_k}$,
-turns each row of scores into weights with a softmax, and returns the weighted sum of the values:
-
-$$\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V$$
-
-This notebook computes it by hand on a tiny example, checks that the hand computation, PyTorch's fused kernel
-and the workbench agree, measures **why** the $1/\sqrt{d_k}$ is there, and compares the dot product with the
-older additive (Bahdanau) score.
-"""),
-("params", """
+# %% tags=["parameters"]
 SMOKE: bool = False  # shrink every measurement (what CI runs)
 SEED: int = 0  # seeds every random draw
 EXAMPLE: str = "the cat sat down"  # tokens of the worked example (split on spaces)
@@ -30,61 +43,70 @@ MAX_LOG2_DK: int = 10  # largest d_k measured is 2**MAX_LOG2_DK
 SEQ_LEN: int = 128  # longest sequence in the additive vs dot-product timing
 D_HIDDEN: int = 64  # width d of queries/keys and of the additive score's hidden layer in the timing
 REPEATS: int = 5  # timed repetitions (the median is kept)
-"""),
-("code", """
+
+# %%
 pairs = 2000 if SMOKE else PAIRS
 d_ks = [2 ** i for i in range(2, (8 if SMOKE else MAX_LOG2_DK) + 1)]
 seq_lens = [8, 16, 32] if SMOKE else [16, 32, 64, SEQ_LEN]
 d_hidden = 16 if SMOKE else D_HIDDEN
 repeats = 2 if SMOKE else REPEATS
 tokens = EXAMPLE.split()
-"""),
-("code", "COMMON"),
-("code", """
+
+# %%
+import json, math
+import numpy as np
+import torch
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
 from workbench import analysis
 np.set_printoptions(precision=2, suppress=True)
 gen = torch.Generator().manual_seed(SEED)
-"""),
-("md", r"""
-## 1 · A worked example with real numbers
 
-The tokens of `EXAMPLE`, each a vector of width `D_MODEL`, and three projection matrices of shape
-`D_MODEL × D_K`. The numbers are random but rounded, so every step below can be checked with a pencil.
-"""),
-("code", """
+# %% [markdown]
+# ## 1 · A worked example with real numbers
+#
+# The tokens of `EXAMPLE`, each a vector of width `D_MODEL`, and three projection matrices of shape
+# `D_MODEL × D_K`. The numbers are random but rounded, so every step below can be checked with a pencil.
+
+# %%
 X = torch.round(torch.randn(len(tokens), D_MODEL, generator=gen), decimals=1)            # (T, D_MODEL)
 W_q, W_k, W_v = (torch.round(torch.randn(D_MODEL, D_K, generator=gen) / math.sqrt(D_MODEL), decimals=2)
                  for _ in range(3))                                                        # (D_MODEL, D_K)
 Q, K, V = X @ W_q, X @ W_k, X @ W_v                                                        # (T, D_K) each
-print("X =\\n", X.numpy(), "\\nQ = X W_q =\\n", Q.numpy(), "\\nK = X W_k =\\n", K.numpy(), "\\nV = X W_v =\\n", V.numpy())
-"""),
-("md", r"""
-Row $i$ of $QK^\top$ holds query $i$ compared with every key. Dividing by $\sqrt{d_k}$ and applying a softmax along
-the row turns these scores into weights that are positive and sum to one. The output row $i$ is the
-weight-averaged value vectors.
-"""),
-("code", """
+print("X =\n", X.numpy(), "\nQ = X W_q =\n", Q.numpy(), "\nK = X W_k =\n", K.numpy(), "\nV = X W_v =\n", V.numpy())
+
+# %% [markdown]
+# Row $i$ of $QK^\top$ holds query $i$ compared with every key. Dividing by $\sqrt{d_k}$ and applying a softmax along
+# the row turns these scores into weights that are positive and sum to one. The output row $i$ is the
+# weight-averaged value vectors.
+
+# %%
 scores = Q @ K.T                                  # (T, T): query i against key j
 scaled = scores / math.sqrt(D_K)
 weights = torch.softmax(scaled, dim=-1)           # each row sums to 1
 out = weights @ V                                 # (T, D_K)
-print(f"QKᵀ =\\n{scores.numpy()}\\n\\nQKᵀ/√{D_K} =\\n{scaled.numpy()}\\n\\nsoftmax (rows) =\\n{weights.numpy()}")
+print(f"QKᵀ =\n{scores.numpy()}\n\nQKᵀ/√{D_K} =\n{scaled.numpy()}\n\nsoftmax (rows) =\n{weights.numpy()}")
 print("row sums:", weights.sum(-1).numpy())
 by_hand = sum(weights[0, j] * V[j] for j in range(len(tokens)))   # output of token 0, written out
-print(f"\\noutput of {tokens[0]!r} = Σ_j w[0, j]·V[j] =", by_hand.numpy(), "  (row 0 of weights @ V:", out[0].numpy(), ")")
+print(f"\noutput of {tokens[0]!r} = Σ_j w[0, j]·V[j] =", by_hand.numpy(), "  (row 0 of weights @ V:", out[0].numpy(), ")")
 figures.attention_heatmap(weights, tokens, tokens, title="softmax(QKᵀ/√d_k): who attends to whom").show()
 metrics["example_rows_sum_to_one"] = float((weights.sum(-1) - 1).abs().max())
 metrics["example_by_hand_difference"] = float((by_hand - out[0]).abs().max())
-"""),
-("md", r"""
-## 2 · Three implementations, one answer
 
-The same function exists three times: written out as above, as PyTorch's fused kernel
-`F.scaled_dot_product_attention` (which never materialises the weights), and in `workbench.attention`, which
-takes the fused path unless the weights are asked for. On a batch with several heads and a padding mask (the last
-two keys of the second sentence are padding), all of them must agree.
-"""),
-("code", """
+# %% [markdown]
+# ## 2 · Three implementations, one answer
+#
+# The same function exists three times: written out as above, as PyTorch's fused kernel
+# `F.scaled_dot_product_attention` (which never materialises the weights), and in `workbench.attention`, which
+# takes the fused path unless the weights are asked for. On a batch with several heads and a padding mask (the last
+# two keys of the second sentence are padding), all of them must agree.
+
+# %%
 B, H, T, dk = 2, 3, 5, 8
 q, k, v = (torch.randn(B, H, T, dk, generator=gen) for _ in range(3))     # (B, H, T, d_k)
 mask = torch.ones(B, 1, 1, T, dtype=torch.bool); mask[1, ..., -2:] = False  # True = may attend
@@ -100,22 +122,22 @@ diffs = {"torch fused": float((out_torch - out_hand).abs().max()),
 print({k_: f"{v_:.1e}" for k_, v_ in diffs.items()})
 metrics["max_path_difference"] = max(diffs.values())
 metrics["padding_weight_max"] = float(w_explicit[1, ..., -2:].abs().max())
-"""),
-("md", r"""
-## 3 · Why divide by $\sqrt{d_k}$?
 
-If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then $q\cdot k=\sum_{i=1}^{d_k} q_i k_i$
-is a sum of $d_k$ independent terms of variance 1, so its variance is $d_k$: the typical score grows like
-$\sqrt{d_k}$. Fed to a softmax, large scores make one weight close to 1 and the rest close to 0 (the softmax
-*saturates*), and a saturated softmax passes back almost no gradient: its Jacobian $\mathrm{diag}(p)-pp^\top$
-vanishes when $p$ is one-hot. Dividing by $\sqrt{d_k}$ brings the variance back to 1 for every width.
+# %% [markdown]
+# ## 3 · Why divide by $\sqrt{d_k}$?
+#
+# If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then $q\cdot k=\sum_{i=1}^{d_k} q_i k_i$
+# is a sum of $d_k$ independent terms of variance 1, so its variance is $d_k$: the typical score grows like
+# $\sqrt{d_k}$. Fed to a softmax, large scores make one weight close to 1 and the rest close to 0 (the softmax
+# *saturates*), and a saturated softmax passes back almost no gradient: its Jacobian $\mathrm{diag}(p)-pp^\top$
+# vanishes when $p$ is one-hot. Dividing by $\sqrt{d_k}$ brings the variance back to 1 for every width.
+#
+# Measured below on random vectors, for $d_k$ from 4 up, with and without the scaling: the variance of $q\cdot k$
+# (fitted on log-log axes, where a slope of 1 means "proportional to $d_k$"), how peaked the softmax over
+# `N_KEYS` keys is (largest weight and entropy; a uniform softmax has entropy $\log$ `N_KEYS`), and the size of its
+# Jacobian.
 
-Measured below on random vectors, for $d_k$ from 4 up, with and without the scaling: the variance of $q\cdot k$
-(fitted on log-log axes, where a slope of 1 means "proportional to $d_k$"), how peaked the softmax over
-`N_KEYS` keys is (largest weight and entropy; a uniform softmax has entropy $\log$ `N_KEYS`), and the size of its
-Jacobian.
-"""),
-("code", """
+# %%
 study = analysis.scaling_study(d_ks, n_pairs=pairs, n_keys=N_KEYS, generator=gen)
 fit = wb.complexity.fit_loglog_slope(d_ks, study["var_dot"])
 figures.loglog_figure(d_ks, {"Var(q·k)": study["var_dot"], "Var(q·k/√d_k)": study["var_scaled"]},
@@ -137,23 +159,23 @@ metrics.update(
     jacobian_unscaled_largest_dk=study["jacobian_unscaled"][-1], jacobian_scaled_largest_dk=study["jacobian_scaled"][-1],
     jacobian_unscaled_smallest_dk=study["jacobian_unscaled"][0],
 )
-"""),
-("md", r"""
-Without scaling, the largest weight creeps towards 1, the entropy falls towards 0 and the gradient shrinks as
-$d_k$ grows; with scaling, all three stay where they were at $d_k=4$. This is the paper's argument for the factor
-(its footnote 4 gives the variance computation).
 
-## 4 · Additive versus dot-product attention
+# %% [markdown]
+# Without scaling, the largest weight creeps towards 1, the entropy falls towards 0 and the gradient shrinks as
+# $d_k$ grows; with scaling, all three stay where they were at $d_k=4$. This is the paper's argument for the factor
+# (its footnote 4 gives the variance computation).
+#
+# ## 4 · Additive versus dot-product attention
+#
+# Before the Transformer, the usual score was Bahdanau's *additive* attention, a one-hidden-layer network applied to
+# every (query, key) pair: $e_{ij} = v^\top \tanh(W_q q_i + W_k k_j)$. Its cost grows the same way,
+# $O(T_q T_k d)$, but it needs a `(B, Tq, Tk, d)` hidden tensor and element-wise work on it, while the dot product
+# is one matrix multiplication into a `(B, Tq, Tk)` matrix. The paper notes the two score functions do about
+# equally well for small $d_k$ and that additive wins over *unscaled* dot products for large $d_k$, which is what the
+# scaling repairs. Below: the FLOPs (analytic, and counted by PyTorch's FLOP counter on the matrix products) and
+# the time on this machine.
 
-Before the Transformer, the usual score was Bahdanau's *additive* attention, a one-hidden-layer network applied to
-every (query, key) pair: $e_{ij} = v^\top \tanh(W_q q_i + W_k k_j)$. Its cost grows the same way,
-$O(T_q T_k d)$, but it needs a `(B, Tq, Tk, d)` hidden tensor and element-wise work on it, while the dot product
-is one matrix multiplication into a `(B, Tq, Tk)` matrix. The paper notes the two score functions do about
-equally well for small $d_k$ and that additive wins over *unscaled* dot products for large $d_k$, which is what the
-scaling repairs. Below: the FLOPs (analytic, and counted by PyTorch's FLOP counter on the matrix products) and
-the time on this machine.
-"""),
-("code", """
+# %%
 batch = 4
 timings = {"additive": [], "dot-product": []}
 for T in seq_lens:
@@ -177,9 +199,12 @@ metrics.update(
     additive_flops=cost_add["flops"], dot_flops=cost_dot["flops"], dot_flops_counted=counted_dot,
     additive_flops_counted=counted_add, intermediate_ratio=cost_add["largest_intermediate"] / cost_dot["largest_intermediate"],
 )
-"""),
-("md", "## 5 · What this notebook showed\nThe metrics are written to `metrics.json`; the assertions restate the claims above as checks on the measurements."),
-("code", """
+
+# %% [markdown]
+# ## 5 · What this notebook showed
+# The metrics are written to `metrics.json`; the assertions restate the claims above as checks on the measurements.
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["example_rows_sum_to_one"] < 1e-6 and metrics["example_by_hand_difference"] < 1e-6
@@ -196,5 +221,3 @@ assert metrics["additive_flops"] > metrics["dot_flops"] and metrics["intermediat
 assert metrics["additive_flops_counted"] > metrics["dot_flops_counted"]             # counted by torch as well
 if not SMOKE:  # wall-clock claims only at full size (tiny smoke sizes are dominated by overheads)
     assert metrics["additive_ms"] > metrics["dot_ms"], (metrics["additive_ms"], metrics["dot_ms"])
-"""),
-]

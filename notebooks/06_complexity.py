@@ -1,21 +1,34 @@
-NAME = "06_complexity"
-CELLS = [
-("md", r"""
-# 06 · Why self-attention: Table 1, computed and measured
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-Section 4 of the paper compares a self-attention layer with the layers it replaces on three counts, for a
-sequence of $n$ vectors of width $d$:
+# %% [markdown]
+# # 06 · Why self-attention: Table 1, computed and measured
+#
+# Section 4 of the paper compares a self-attention layer with the layers it replaces on three counts, for a
+# sequence of $n$ vectors of width $d$:
+#
+# * **work per layer**: the number of operations;
+# * **sequential operations**: how many steps must wait for the previous one (what limits parallel hardware);
+# * **maximum path length**: how many layers a signal needs to travel from one position to another (shorter paths
+#   make long-range dependencies easier to learn).
+#
+# This notebook prints the table, then measures every entry on this machine: FLOPs counted by PyTorch while the
+# layers run, wall-clock time, memory, sequential steps, and path lengths found by asking autograd when the last
+# output first depends on the first input.
 
-* **work per layer**: the number of operations;
-* **sequential operations**: how many steps must wait for the previous one (what limits parallel hardware);
-* **maximum path length**: how many layers a signal needs to travel from one position to another (shorter paths
-  make long-range dependencies easier to learn).
-
-This notebook prints the table, then measures every entry on this machine: FLOPs counted by PyTorch while the
-layers run, wall-clock time, memory, sequential steps, and path lengths found by asking autograd when the last
-output first depends on the first input.
-"""),
-("params", """
+# %% tags=["parameters"]
 SMOKE: bool = False  # tiny sizes (what CI runs)
 SEED: int = 0  # seeds every random draw
 N: int = 512  # sequence length of the analytic table
@@ -30,37 +43,44 @@ D_MAX_LOG2: int = 10  # largest d of the d sweep
 N_FIXED: int = 128  # length during the d sweep
 REPEATS: int = 3  # timed repetitions per point (the median is kept)
 PATH_N_MAX_LOG2: int = 6  # path lengths are measured for n from 4 up to 2**PATH_N_MAX_LOG2
-"""),
-("code", """
+
+# %%
 n_values = [2 ** i for i in range(4, 8)] if SMOKE else [2 ** i for i in range(N_MIN_LOG2, N_MAX_LOG2 + 1)]
 d_values = [2 ** i for i in range(4, 8)] if SMOKE else [2 ** i for i in range(D_MIN_LOG2, D_MAX_LOG2 + 1)]
 d_fixed = 32 if SMOKE else D_FIXED
 n_fixed = 32 if SMOKE else N_FIXED
 repeats = 1 if SMOKE else REPEATS
 path_ns = [2 ** i for i in range(2, (4 if SMOKE else PATH_N_MAX_LOG2) + 1)]
-"""),
-("code", "COMMON"),
-("code", """
+
+# %%
+import json
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
 from IPython.display import Markdown, display
 from workbench import analysis
 from workbench.complexity import KINDS, table1, analytic_path_length, measured_path_length, fit_loglog_slope
 NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolutional": "convolutional",
          "restricted": "self-attention (restricted)"}
-"""),
-("md", r"""
-## Table 1 of the paper, with numbers
 
-The first three columns are the paper's; the others put in $n$ = `N`, $d$ = `D`, $k$ = `KERNEL`, $r$ = `R`
-(multiply-adds of the layer's core operation, steps that must run one after another, and layers needed to connect
-the two ends of the sequence).
+# %% [markdown]
+# ## Table 1 of the paper, with numbers
+#
+# The first three columns are the paper's; the others put in $n$ = `N`, $d$ = `D`, $k$ = `KERNEL`, $r$ = `R`
+# (multiply-adds of the layer's core operation, steps that must run one after another, and layers needed to connect
+# the two ends of the sequence).
+#
+# **A misprint to watch for.** Some summaries, including the study notes this workbench follows, give the
+# convolutional layer as $O(k \cdot n \cdot d)$. The paper has $O(k \cdot n \cdot d^2)$, and the square is real: a
+# kernel of width $k$ that maps $d$ input channels to $d$ output channels has $k \cdot d \cdot d$ weights, each used
+# once per position. The measurements below confirm it: convolution cost grows with $d^2$, like the recurrent layer,
+# and is $k$ times the recurrent layer's per-step matrix product.
 
-**A misprint to watch for.** Some summaries, including the study notes this workbench follows, give the
-convolutional layer as $O(k \cdot n \cdot d)$. The paper has $O(k \cdot n \cdot d^2)$, and the square is real: a
-kernel of width $k$ that maps $d$ input channels to $d$ output channels has $k \cdot d \cdot d$ weights, each used
-once per position. The measurements below confirm it: convolution cost grows with $d^2$, like the recurrent layer,
-and is $k$ times the recurrent layer's per-step matrix product.
-"""),
-("code", """
+# %%
 rows = table1(N, D, KERNEL, R)
 display(Markdown(analysis.markdown_table(
     [{"layer": NAMES[r["layer"]], "complexity per layer": r["complexity"], "sequential operations": r["sequential"],
@@ -69,18 +89,18 @@ display(Markdown(analysis.markdown_table(
 macs = {r["layer"]: r["macs"] for r in rows}
 print(f"convolution / recurrence = {macs['convolutional'] / macs['recurrent']:.0f} = k: the d² is in both rows")
 metrics.update(table_conv_over_recurrent=macs["convolutional"] / macs["recurrent"])
-"""),
-("md", r"""
-## Measured work: FLOPs counted while the layers run
 
-Four layers, each applied to a `(1, n, d)` input: one head of **self-attention** written with matrix products
-(no projections: the $n^2 d$ core of the table), an Elman **recurrent** layer written as an explicit loop over
-positions, a **convolution** of width $k$, and **restricted** self-attention computed on windows of $r+1$
-neighbours. `torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of the matrix products and convolutions
-they execute. On log-log axes a power law $n^a$ is a straight line of slope $a$: the fitted slopes are the
-exponents of Table 1.
-"""),
-("code", """
+# %% [markdown]
+# ## Measured work: FLOPs counted while the layers run
+#
+# Four layers, each applied to a `(1, n, d)` input: one head of **self-attention** written with matrix products
+# (no projections: the $n^2 d$ core of the table), an Elman **recurrent** layer written as an explicit loop over
+# positions, a **convolution** of width $k$, and **restricted** self-attention computed on windows of $r+1$
+# neighbours. `torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of the matrix products and convolutions
+# they execute. On log-log axes a power law $n^a$ is a straight line of slope $a$: the fitted slopes are the
+# exponents of Table 1.
+
+# %%
 sweep_n = {kind: [analysis.measure_table1(kind, n, d_fixed, KERNEL, R, repeats=repeats) for n in n_values] for kind in KINDS}
 sweep_d = {kind: [analysis.measure_table1(kind, n_fixed, d, KERNEL, R, repeats=repeats) for d in d_values] for kind in KINDS}
 def series(sweep, key):
@@ -103,16 +123,16 @@ print("convolution FLOPs / (k·n·d²) across d:", [round(c, 3) for c in conv_pe
 metrics.update({f"flops_slope_n_{k}": fit_fn[NAMES[k]][0] for k in KINDS})
 metrics.update({f"flops_slope_d_{k}": fit_fd[NAMES[k]][0] for k in KINDS})
 metrics["conv_flops_per_knd2_spread"] = max(conv_per_knd2) - min(conv_per_knd2)
-"""),
-("md", r"""
-## Measured time and memory on this machine
 
-The same sweeps, timed (median of `REPEATS` runs) and with the peak memory of the tensors each layer creates
-(measured by intercepting every operation, since PyTorch keeps no allocator statistics on the CPU). Small sizes
-are dominated by fixed overheads, so the slopes are fitted on the larger half of each sweep. Timings depend on the
-machine and on whatever else it is doing; the FLOP counts above do not.
-"""),
-("code", """
+# %% [markdown]
+# ## Measured time and memory on this machine
+#
+# The same sweeps, timed (median of `REPEATS` runs) and with the peak memory of the tensors each layer creates
+# (measured by intercepting every operation, since PyTorch keeps no allocator statistics on the CPU). Small sizes
+# are dominated by fixed overheads, so the slopes are fitted on the larger half of each sweep. Timings depend on the
+# machine and on whatever else it is doing; the FLOP counts above do not.
+
+# %%
 half = max(2, len(n_values) // 2)
 time_n, time_d = series(sweep_n, "seconds"), series(sweep_d, "seconds")
 mem_n = series(sweep_n, "memory_bytes")
@@ -126,19 +146,19 @@ display(Markdown(analysis.markdown_table([{"layer": NAMES[k], "time slope in n":
 metrics.update({f"time_slope_n_{k}": fit_tn[NAMES[k]][0] for k in KINDS})
 metrics.update({f"time_slope_d_{k}": fit_td[NAMES[k]][0] for k in KINDS})
 metrics.update({f"memory_slope_n_{k}": fit_mn[NAMES[k]][0] for k in KINDS})
-"""),
-("md", r"""
-## Where self-attention stops being cheaper: $n = d$
 
-Per layer, self-attention's core costs about $n^2 d$ and the recurrent layer about $n d^2$, so attention is the
-cheaper of the two while $n < d$, which the paper notes is the usual case for sentence-level translation
-(sentences of tens of tokens, $d$ = 512). Here attention does two products ($QK^\top$ and weights times $V$,
-$2n^2d$ multiply-adds) and the recurrent layer two as well ($W_x x_t$ and $W_h h_{t-1}$ at every step, $2nd^2$),
-so the counted FLOPs of the two layers, for $d$ fixed and $n$ going through $d$, cross at $n = d$ exactly.
-(The table above counts only $W_h h_{t-1}$ for the recurrent row, hence its factor 2 in favour of recurrence.) In wall-clock time the crossing moves: the recurrent layer's $n$ small
-steps each pay a fixed overhead and cannot run in parallel, which is the *sequential operations* column at work.
-"""),
-("code", """
+# %% [markdown]
+# ## Where self-attention stops being cheaper: $n = d$
+#
+# Per layer, self-attention's core costs about $n^2 d$ and the recurrent layer about $n d^2$, so attention is the
+# cheaper of the two while $n < d$, which the paper notes is the usual case for sentence-level translation
+# (sentences of tens of tokens, $d$ = 512). Here attention does two products ($QK^\top$ and weights times $V$,
+# $2n^2d$ multiply-adds) and the recurrent layer two as well ($W_x x_t$ and $W_h h_{t-1}$ at every step, $2nd^2$),
+# so the counted FLOPs of the two layers, for $d$ fixed and $n$ going through $d$, cross at $n = d$ exactly.
+# (The table above counts only $W_h h_{t-1}$ for the recurrent row, hence its factor 2 in favour of recurrence.) In wall-clock time the crossing moves: the recurrent layer's $n$ small
+# steps each pay a fixed overhead and cannot run in parallel, which is the *sequential operations* column at work.
+
+# %%
 d_cross = d_fixed
 ns_cross = [d_cross // 4, d_cross // 2, d_cross, 2 * d_cross, 4 * d_cross]
 att_f = [analysis.measure_table1("self_attention", n, d_cross, repeats=1)["flops"] for n in ns_cross]
@@ -159,35 +179,35 @@ metrics.update(flop_ratio_at_n_eq_d=ratio[2],
                flop_ratio_below_d=[x for n, x in zip(ns_cross, ratio) if n < d_cross],
                flop_ratio_above_d=[x for n, x in zip(ns_cross, ratio) if n > d_cross],
                time_crossover_n=time_crossover)
-"""),
-("md", r"""
-## Sequential steps
 
-The recurrent layer computes $h_t = \tanh(W_x x_t + W_h h_{t-1})$: step $t$ needs step $t-1$, so a sequence of $n$
-positions takes $n$ dependent steps however many processors there are. The other three layers are a fixed number
-of batched tensor operations for any $n$. The workbench's recurrent layer counts its steps as it runs them:
-"""),
-("code", """
+# %% [markdown]
+# ## Sequential steps
+#
+# The recurrent layer computes $h_t = \tanh(W_x x_t + W_h h_{t-1})$: step $t$ needs step $t-1$, so a sequence of $n$
+# positions takes $n$ dependent steps however many processors there are. The other three layers are a fixed number
+# of batched tensor operations for any $n$. The workbench's recurrent layer counts its steps as it runs them:
+
+# %%
 steps = {NAMES[k]: [m["steps"] for m in sweep_n[k]] for k in KINDS}
 figures.line_figure(n_values, steps, xlabel="n", ylabel="dependent steps", log_x=True, log_y=True,
                     title="sequential steps per layer").show()
 metrics.update(recurrent_steps_equal_n=steps["recurrent"] == [float(n) for n in n_values],
                parallel_layers_one_step=all(steps[NAMES[k]] == [1.0] * len(n_values) for k in KINDS if k != "recurrent"))
-"""),
-("md", r"""
-## Maximum path length, measured
 
-Stack layers of one kind until the last output position depends on input position 0, testing each depth with
-autograd (a non-zero gradient means a path exists):
+# %% [markdown]
+# ## Maximum path length, measured
+#
+# Stack layers of one kind until the last output position depends on input position 0, testing each depth with
+# autograd (a non-zero gradient means a path exists):
+#
+# * **self-attention**: one layer, whatever $n$;
+# * **restricted** self-attention: each layer reaches $r/2$ positions, so $\lceil (n-1)/(r/2) \rceil$ layers, $O(n/r)$;
+# * **convolution**, contiguous kernels: $(k-1)/2$ positions per layer (centred kernels), $O(n/k)$ layers;
+# * **dilated causal convolution** (kernel $k$, dilations $1, k, k^2, \dots$): $\lceil \log_k n \rceil$ layers, the
+#   paper's $O(\log_k n)$;
+# * **recurrent**: one layer, but the path runs through $n$ dependent steps, $O(n)$.
 
-* **self-attention**: one layer, whatever $n$;
-* **restricted** self-attention: each layer reaches $r/2$ positions, so $\lceil (n-1)/(r/2) \rceil$ layers, $O(n/r)$;
-* **convolution**, contiguous kernels: $(k-1)/2$ positions per layer (centred kernels), $O(n/k)$ layers;
-* **dilated causal convolution** (kernel $k$, dilations $1, k, k^2, \dots$): $\lceil \log_k n \rceil$ layers, the
-  paper's $O(\log_k n)$;
-* **recurrent**: one layer, but the path runs through $n$ dependent steps, $O(n)$.
-"""),
-("code", """
+# %%
 r_path = max(2, min(R, 8))
 paths = {"self-attention": [], f"restricted (r={r_path})": [], f"convolution (k={KERNEL})": [],
          f"dilated convolution (k={KERNEL})": [], "recurrent (steps)": []}
@@ -209,8 +229,8 @@ display(Markdown(analysis.markdown_table([{"n": n, **{name: f"{paths[name][i]} (
                                           for i, n in enumerate(path_ns)])))
 metrics["path_lengths"] = {name: {"n": path_ns, "measured": paths[name], "expected": expected[name]} for name in paths}
 metrics["path_lengths_match"] = all(paths[name] == expected[name] for name in paths)
-"""),
-("code", """
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 # counted FLOPs follow Table 1's exponents (deterministic: exact up to rounding of the fit)
@@ -226,5 +246,3 @@ assert metrics["path_lengths_match"], metrics["path_lengths"]
 if not SMOKE:  # wall-clock slopes only at full size, with generous margins
     assert metrics["time_slope_n_self_attention"] > metrics["time_slope_n_recurrent"] + 0.3
     assert metrics["time_slope_d_convolutional"] > metrics["time_slope_d_self_attention"] + 0.3
-"""),
-]

@@ -1,24 +1,46 @@
-NAME = "05_multi_head_interpretation"
-CELLS = [
-("md", r"""
-# 05 · What the heads of a trained translator do
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-Multi-head attention runs $h$ attention functions side by side on different learned projections and concatenates
-their outputs before $W^O$: $\mathrm{MultiHead}(Q,K,V) = \mathrm{Concat}(\mathrm{head}_1..\mathrm{head}_h)W^O$.
-Do the heads specialise? We look at every head of a German→English model: its patterns, how peaked it is
-(confidence, entropy), whether it tracks neighbouring positions, how much the loss depends on it (gradient importance,
-Michel et al. 2019), what happens when heads are switched off, and whether cross-attention lines up with a word aligner.
-"""),
-("params", """
+# %% [markdown]
+# # 05 · What the heads of a trained translator do
+#
+# Multi-head attention runs $h$ attention functions side by side on different learned projections and concatenates
+# their outputs before $W^O$: $\mathrm{MultiHead}(Q,K,V) = \mathrm{Concat}(\mathrm{head}_1..\mathrm{head}_h)W^O$.
+# Do the heads specialise? We look at every head of a German→English model: its patterns, how peaked it is
+# (confidence, entropy), whether it tracks neighbouring positions, how much the loss depends on it (gradient importance,
+# Michel et al. 2019), what happens when heads are switched off, and whether cross-attention lines up with a word aligner.
+
+# %% tags=["parameters"]
 SMOKE: bool = False  # tiny model and data (what CI runs)
 SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # a trained checkpoint to inspect; empty: train (or reuse the cached) small model
 TRAIN_MINUTES: float = 5.0  # training budget when no checkpoint is given (shared with notebook 07's cache)
 N_EVAL: int = 200  # validation sentences for statistics, importance and pruning
 SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz ."  # sentence to inspect
-"""),
-("code", "COMMON"),
-("code", """
+
+# %%
+import json
+import numpy as np
+import torch
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
 from workbench.pipeline import get_translator
 from workbench.data import load_multi30k
 from workbench.batching import make_batch, token_batches
@@ -37,9 +59,11 @@ else:
 val = load_multi30k("val", "de", "en")[:n_eval]
 cfg = model.cfg
 print(f"model: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model}")
-"""),
-("md", "## Every head on one sentence"),
-("code", """
+
+# %% [markdown]
+# ## Every head on one sentence
+
+# %%
 ins = inspect_translation(model, tok, SENTENCE)
 print("translation:", ins.translation)
 for kind in ("enc_self", "dec_self", "cross"):
@@ -47,9 +71,11 @@ for kind in ("enc_self", "dec_self", "cross"):
     L = len(ins.cache.layers(kind))
     w = torch.stack([ins.weights(kind, l) for l in range(L)])           # (L, H, Tq, Tk)
     figures.head_grid(w, q, k, layer_labels=[f"{kind} L{l}" for l in range(L)], title=f"{kind}: every layer and head").show()
-"""),
-("md", "## Confidence, entropy and positional heads over the validation set"),
-("code", """
+
+# %% [markdown]
+# ## Confidence, entropy and positional heads over the validation set
+
+# %%
 src_ids, tgt_ids = tok.encode_src([s for s, _ in val]), tok.encode_tgt([t for _, t in val])
 idx = token_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], 1500, shuffle=False)
 batches = [make_batch([src_ids[i] for i in b], [tgt_ids[i] for i in b], tok.pad_id) for b in idx]
@@ -80,9 +106,14 @@ best_prev = float(enc_prev.max()); best_next = float(enc_next.max())
 print(f"strongest previous-token head puts {best_prev:.2f} of its weight on position i-1; next-token head {best_next:.2f} on i+1")
 metrics.update(max_confidence=float(conf.max()), min_entropy=float(ent.min()), max_entropy=float(ent.max()),
                best_prev_token_weight=best_prev, best_next_token_weight=best_next)
-"""),
-("md", "## Head importance and pruning\nImportance of head $h$ = $\\mathbb{E}\\,|\\partial L/\\partial \\xi_h|$ where $\\xi_h$ gates the head's output (normalised per layer). Switching off the least important heads first should hurt far less than switching off the most important ones.\n\nPer-layer normalisation makes heads comparable *within* a layer (the heatmap); a global pruning order needs the raw scores, because normalising gives every layer the same total and so over-ranks the heads of layers that matter little (on this model, pruning half the heads by normalised scores hurt more than pruning a random half)."),
-("code", """
+
+# %% [markdown]
+# ## Head importance and pruning
+# Importance of head $h$ = $\mathbb{E}\,|\partial L/\partial \xi_h|$ where $\xi_h$ gates the head's output (normalised per layer). Switching off the least important heads first should hurt far less than switching off the most important ones.
+#
+# Per-layer normalisation makes heads comparable *within* a layer (the heatmap); a global pruning order needs the raw scores, because normalising gives every layer the same total and so over-ranks the heads of layers that matter little (on this model, pruning half the heads by normalised scores hurt more than pruning a random half).
+
+# %%
 raw_imp = head_importance(model, batches, tok.pad_id, normalise=False)
 imp = {key: v / v.norm().clamp_min(1e-12) for key, v in raw_imp.items()}  # per-layer normalised, for display
 imp_rows = [f"{k} L{l}" for (k, l) in imp]
@@ -107,9 +138,12 @@ loss_low, loss_high, loss_none = val_loss(order[:half]), val_loss(order[::-1][:h
 print(f"val loss: all heads {loss_none:.3f}, least-important half off {loss_low:.3f}, most-important half off {loss_high:.3f}")
 metrics.update(bleu_all_heads=curve["least important first"][0], loss_all_heads=loss_none,
                loss_prune_least_half=loss_low, loss_prune_most_half=loss_high, pruning_curve=curve, fractions=fractions)
-"""),
-("md", "## Cross-attention against a word aligner\nIBM Model 1, trained by EM on the training pairs, gives each English word its most likely German word. For every decoder layer we pool cross-attention from subwords to words and take the most-attended source word:"),
-("code", """
+
+# %% [markdown]
+# ## Cross-attention against a word aligner
+# IBM Model 1, trained by EM on the training pairs, gives each English word its most likely German word. For every decoder layer we pool cross-attention from subwords to words and take the most-attended source word:
+
+# %%
 train_pairs = load_multi30k("train", "de", "en", limit=2000 if SMOKE else 10000)
 t_prob = ibm1(train_pairs, iterations=5)
 agree = {}
@@ -131,20 +165,23 @@ mean_src_words = float(np.mean([len(s.split()) for s, _ in val]))
 print(f"best head {best}: {agreement[best]:.2f} agreement with IBM-1 (chance about {1/mean_src_words:.2f})")
 figures.bar_figure([f"L{l} h{h}" for (l, h) in agreement], list(agreement.values()), title="agreement with IBM-1 alignment").show()
 metrics.update(best_alignment_agreement=agreement[best], chance_alignment=1 / mean_src_words)
-"""),
-("md", "## Explore freely\nThe inspector below works offline (plotly). bertviz's view needs its JavaScript from a CDN, so it may stay blank without internet; the plotly head view beside it does not."),
-("code", """
+
+# %% [markdown]
+# ## Explore freely
+# The inspector below works offline (plotly). bertviz's view needs its JavaScript from a CDN, so it may stay blank without internet; the plotly head view beside it does not.
+
+# %%
 from workbench.widgets import AttentionInspector
 inspector = AttentionInspector(model, tok, sentence=SENTENCE)
 inspector
-"""),
-("code", """
+
+# %%
 from bertviz import head_view
 ins = inspect_translation(model, tok, SENTENCE)
 head_view(**to_bertviz(ins.cache, ins.src_tokens, ins.tgt_tokens))
 figures.head_lines(ins.weights("cross", -1), ins.out_tokens, ins.src_tokens, title="cross-attention, last layer (offline view)").show()
-"""),
-("code", """
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["max_entropy"] > metrics["min_entropy"]          # heads differ in how peaked they are
@@ -152,5 +189,3 @@ assert all(abs(float(v.norm()) - 1) < 1e-4 for v in imp.values())   # importance
 if not SMOKE:  # a trained translator (a SMOKE model has seen seconds of data, so its heads are not yet specialised)
     assert metrics["loss_prune_least_half"] < metrics["loss_prune_most_half"]   # importance ranks heads usefully
     assert metrics["best_alignment_agreement"] > 2 * metrics["chance_alignment"]   # cross-attention aligns words
-"""),
-]

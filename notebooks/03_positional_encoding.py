@@ -1,21 +1,34 @@
-NAME = "03_positional_encoding"
-CELLS = [
-("md", r"""
-# 03 · Positional encoding
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-Self-attention has no notion of order: shuffle the input tokens and the outputs are shuffled the same way, nothing
-else changes. The Transformer therefore adds to each token embedding a vector that depends only on the token's
-position $p$. The paper uses fixed sines and cosines of geometrically spaced frequencies:
+# %% [markdown]
+# # 03 · Positional encoding
+#
+# Self-attention has no notion of order: shuffle the input tokens and the outputs are shuffled the same way, nothing
+# else changes. The Transformer therefore adds to each token embedding a vector that depends only on the token's
+# position $p$. The paper uses fixed sines and cosines of geometrically spaced frequencies:
+#
+# $$PE_{(p,\,2i)} = \sin\!\big(p\,/\,10000^{2i/d_{model}}\big), \qquad PE_{(p,\,2i+1)} = \cos\!\big(p\,/\,10000^{2i/d_{model}}\big)$$
+#
+# Dimension pair $i$ turns at angular speed $\omega_i = 10000^{-2i/d_{model}}$ radians per position: the first pair
+# completes a turn every $2\pi \approx 6$ positions, the last one barely moves over thousands. A good position
+# code should give every position a vector of the **same length** (so adding it does not favour some positions),
+# and vectors that are **further apart when the positions are further apart**. We check both, find the reason
+# (a shift by $k$ positions is a fixed rotation), then compare with position vectors a model *learns*.
 
-$$PE_{(p,\,2i)} = \sin\!\big(p\,/\,10000^{2i/d_{model}}\big), \qquad PE_{(p,\,2i+1)} = \cos\!\big(p\,/\,10000^{2i/d_{model}}\big)$$
-
-Dimension pair $i$ turns at angular speed $\omega_i = 10000^{-2i/d_{model}}$ radians per position: the first pair
-completes a turn every $2\pi \approx 6$ positions, the last one barely moves over thousands. A good position
-code should give every position a vector of the **same length** (so adding it does not favour some positions),
-and vectors that are **further apart when the positions are further apart**. We check both, find the reason
-(a shift by $k$ positions is a fixed rotation), then compare with position vectors a model *learns*.
-"""),
-("params", """
+# %% tags=["parameters"]
 SMOKE: bool = False  # smaller training run (what CI runs)
 SEED: int = 0  # seeds every random draw
 D_MODEL: int = 512  # width of the sinusoidal table (the paper's base model: 512)
@@ -27,14 +40,23 @@ TRAIN_MAX_LEN: int = 24  # positions the models are built for (the learned table
 TASK_MAX_LEN: int = 16  # longest sentence of the synthetic copy task
 TRAIN_PAIRS: int = 3000  # training pairs of the copy task
 TRAIN_EPOCHS: int = 15  # epochs of training (SMOKE: 2)
-"""),
-("code", """
+
+# %%
 train_pairs = 600 if SMOKE else TRAIN_PAIRS
 train_epochs = 2 if SMOKE else TRAIN_EPOCHS
 long_table = max(HEATMAP_POSITIONS, MAX_OFFSET + 1, LENGTH)
-"""),
-("code", "COMMON"),
-("code", """
+
+# %%
+import json
+import numpy as np
+import torch
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
 from workbench import analysis
 from workbench.positional import sinusoidal_table, distance_matrix, rotation_matrix, expected_norm
 table = sinusoidal_table(long_table, D_MODEL)                     # (positions, D_MODEL)
@@ -44,27 +66,27 @@ figures.positional_heatmap(table[:HEATMAP_POSITIONS, :shown],
 dims = sorted({0, D_MODEL // 8, D_MODEL // 4, D_MODEL // 2} - {D_MODEL})    # fast to slow frequencies
 figures.line_figure(list(range(HEATMAP_POSITIONS)), {f"dimension {i}": table[:HEATMAP_POSITIONS, i] for i in dims},
                     xlabel="position p", ylabel="PE(p, i)", title="each dimension pair is a wave of its own frequency").show()
-"""),
-("md", r"""
-## The distance table
 
-The Euclidean (L2) distance $\lVert PE(p) - PE(q)\rVert$ between the first `LENGTH` positions, value by value.
-Small numbers sit next to the diagonal (neighbouring positions), and the numbers grow as one moves away from it.
-"""),
-("code", """
+# %% [markdown]
+# ## The distance table
+#
+# The Euclidean (L2) distance $\lVert PE(p) - PE(q)\rVert$ between the first `LENGTH` positions, value by value.
+# Small numbers sit next to the diagonal (neighbouring positions), and the numbers grow as one moves away from it.
+
+# %%
 dist = distance_matrix(table[:LENGTH])                           # (LENGTH, LENGTH)
 figures.distance_matrix_figure(dist, annotate=True, title=f"L2 distance between positions, d_model = {D_MODEL}").show()
-"""),
-("md", r"""
-Three things can be read off and checked on the whole table:
 
-1. every row has the same norm, $\sqrt{d_{model}/2}$, because each (sin, cos) pair has norm 1;
-2. the distance between $p$ and $q$ depends only on the offset $k = |p-q|$: every diagonal of the table is
-   constant;
-3. for small offsets the distance grows with $k$ (for larger ones it keeps a rising trend with small bumps, as
-   the fast dimension pairs wrap around).
-"""),
-("code", """
+# %% [markdown]
+# Three things can be read off and checked on the whole table:
+#
+# 1. every row has the same norm, $\sqrt{d_{model}/2}$, because each (sin, cos) pair has norm 1;
+# 2. the distance between $p$ and $q$ depends only on the offset $k = |p-q|$: every diagonal of the table is
+#    constant;
+# 3. for small offsets the distance grows with $k$ (for larger ones it keeps a rising trend with small bumps, as
+#    the fast dimension pairs wrap around).
+
+# %%
 norms = table.norm(dim=-1)
 full_dist = distance_matrix(table)
 profile = analysis.offset_profile(full_dist, MAX_OFFSET)
@@ -80,17 +102,17 @@ print(f"distance increases strictly for offsets 1..{grows_until}; rank correlati
 metrics.update(norm_error=float((norms - expected_norm(D_MODEL)).abs().max()), offset_spread=spread,
                grows_until_offset=grows_until, offset_rank_correlation=rank_corr,
                distance_offset1=mean[0], distance_offset_max=mean[-1])
-"""),
-("md", r"""
-### Why: a shift is a rotation
 
-For each frequency, $(\sin((p+k)\omega), \cos((p+k)\omega))$ is $(\sin p\omega, \cos p\omega)$ rotated by the angle
-$k\omega$. Stacking these 2×2 rotations gives one matrix $M_k$, the same for every $p$, with
-$PE(p+k) = M_k\,PE(p)$ (this is the paper's remark that $PE_{p+k}$ is a linear function of $PE_p$). Rotations keep
-lengths, which explains (1); and $\lVert PE(p+k)-PE(p)\rVert^2 = \sum_i 4\sin^2(k\omega_i/2)$ does not involve $p$,
-which explains (2).
-"""),
-("code", """
+# %% [markdown]
+# ### Why: a shift is a rotation
+#
+# For each frequency, $(\sin((p+k)\omega), \cos((p+k)\omega))$ is $(\sin p\omega, \cos p\omega)$ rotated by the angle
+# $k\omega$. Stacking these 2×2 rotations gives one matrix $M_k$, the same for every $p$, with
+# $PE(p+k) = M_k\,PE(p)$ (this is the paper's remark that $PE_{p+k}$ is a linear function of $PE_p$). Rotations keep
+# lengths, which explains (1); and $\lVert PE(p+k)-PE(p)\rVert^2 = \sum_i 4\sin^2(k\omega_i/2)$ does not involve $p$,
+# which explains (2).
+
+# %%
 omega = 1.0 / 10000 ** (torch.arange(0, D_MODEL, 2, dtype=torch.float64) / D_MODEL)     # (D_MODEL/2,)
 rot_err, formula_err = [], []
 for k in (1, 5, 17):
@@ -103,17 +125,17 @@ orth = float((M1 @ M1.T - torch.eye(D_MODEL, dtype=torch.float64)).abs().max())
 print("max |PE(p) M_kᵀ - PE(p+k)| for k = 1, 5, 17:", [f"{e:.1e}" for e in rot_err])
 print("|closed-form distance - measured| for k = 1, 5, 17:", [f"{e:.1e}" for e in formula_err], f"; ‖M Mᵀ - I‖ = {orth:.1e}")
 metrics.update(rotation_error=max(rot_err), distance_formula_error=max(formula_err), rotation_orthogonality_error=orth)
-"""),
-("md", r"""
-## Learned positions instead
 
-The paper also tried learning one position vector per position (Table 3, row E) and found nearly the same
-quality. Below, two small Transformers are trained on a synthetic **copy** task (the target repeats the source;
-solving it needs to know which source position to read), one with learned positions and one with sinusoids.
-Then the learned table of the encoder is compared with the sinusoidal one: distance tables and
-distance-by-offset profiles, each divided by its mean so that the two scales compare.
-"""),
-("code", """
+# %% [markdown]
+# ## Learned positions instead
+#
+# The paper also tried learning one position vector per position (Table 3, row E) and found nearly the same
+# quality. Below, two small Transformers are trained on a synthetic **copy** task (the target repeats the source;
+# solving it needs to know which source position to read), one with learned positions and one with sinusoids.
+# Then the learned table of the encoder is compared with the sinusoidal one: distance tables and
+# distance-by-offset profiles, each divided by its mean so that the two scales compare.
+
+# %%
 from workbench.data import synthetic_pairs
 from workbench.tokenizer import WordTokenizer
 from workbench.train import fit, evaluate
@@ -134,8 +156,8 @@ for kind in ("learned", "sinusoidal"):
     print(f"{kind:>10}: validation loss per token {histories[kind].val_loss[-1]:.3f} after {train_epochs} epochs")
 figures.line_figure(list(range(1, train_epochs + 1)), {k: h.val_loss for k, h in histories.items()},
                     xlabel="epoch", ylabel="validation loss", title="copy task: learned vs sinusoidal positions").show()
-"""),
-("code", """
+
+# %%
 n_pos = TASK_MAX_LEN + 2                                           # positions the task actually used
 learned = models["learned"].src_embed.positional.table.detach()[:n_pos]
 sinus = sinusoidal_table(n_pos, MODEL_D)
@@ -158,21 +180,21 @@ metrics.update(learned_offset_correlation=learned_corr, learned_relative_offset_
                learned_norm_range=float(learned_norms.max() - learned_norms.min()),
                learned_val_loss=histories["learned"].val_loss[-1], sinusoidal_val_loss=histories["sinusoidal"].val_loss[-1],
                untrained_val_loss_learned=untrained_loss["learned"])
-"""),
-("md", r"""
-The learned table has no reason to keep a constant norm or to depend on the offset alone, and it does not; with
-enough training it still ends up with neighbouring positions closer than distant ones, because the copy task
-rewards telling nearby positions apart smoothly.
 
-## Past the training length
+# %% [markdown]
+# The learned table has no reason to keep a constant norm or to depend on the offset alone, and it does not; with
+# enough training it still ends up with neighbouring positions closer than distant ones, because the copy task
+# rewards telling nearby positions apart smoothly.
+#
+# ## Past the training length
+#
+# A sinusoidal table is a formula: it has a row for every position, and since the workbench keeps it as a
+# non-persistent buffer, a trained model can be rebuilt with a larger `max_len` and loaded unchanged. A learned
+# table has exactly `TRAIN_MAX_LEN` rows; a longer input has no position vector, and the model refuses it with an
+# error that says what to do. (Whether a model *generalises* to lengths it never saw is a separate question: the
+# last lines measure its accuracy there.)
 
-A sinusoidal table is a formula: it has a row for every position, and since the workbench keeps it as a
-non-persistent buffer, a trained model can be rebuilt with a larger `max_len` and loaded unchanged. A learned
-table has exactly `TRAIN_MAX_LEN` rows; a longer input has no position vector, and the model refuses it with an
-error that says what to do. (Whether a model *generalises* to lengths it never saw is a separate question: the
-last lines measure its accuracy there.)
-"""),
-("code", """
+# %%
 import dataclasses
 too_long = torch.randint(4, tok.src_vocab_size, (1, TRAIN_MAX_LEN + 8), generator=torch.Generator().manual_seed(SEED))
 try:
@@ -208,8 +230,8 @@ print(f"sinusoidal model, teacher-forced copy accuracy: {acc_in:.2f} on trained 
 metrics.update(learned_refuses_long_input="max_len" in learned_error, learned_load_refused=bool(learned_load_error),
                sinusoidal_extends=tuple(memory.shape) == (1, TRAIN_MAX_LEN + 8, MODEL_D),
                sinusoidal_accuracy_trained_lengths=acc_in, sinusoidal_accuracy_longer=acc_out)
-"""),
-("code", """
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["norm_error"] < 1e-4                       # every row has norm sqrt(d_model / 2)
@@ -223,5 +245,3 @@ assert metrics["learned_norm_range"] > 1e-3               # learned rows have no
 assert metrics["learned_val_loss"] < metrics["untrained_val_loss_learned"]   # the learned model did learn
 assert metrics["learned_refuses_long_input"] and metrics["learned_load_refused"]
 assert metrics["sinusoidal_extends"]
-"""),
-]

@@ -1,23 +1,43 @@
-NAME = "07_translation_training"
-CELLS = [
-("md", r"""
-# 07 · Translating Multi30k end to end
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-The whole pipeline on German→English Multi30k (29,000 training pairs): a joint BPE vocabulary learnt on the training
-split only, the paper's recipe (label smoothing 0.1, Adam with $\beta_2 = 0.98$, warm-up then inverse-square-root
-decay), greedy and beam search (beam 4, length penalty 0.6), checkpoint averaging, and sacreBLEU with its signature.
-The recurrent baseline of notebook 01 trains beside it on the same budget.
-"""),
-("params", """
+# %% [markdown]
+# # 07 · Translating Multi30k end to end
+#
+# The whole pipeline on German→English Multi30k (29,000 training pairs): a joint BPE vocabulary learnt on the training
+# split only, the paper's recipe (label smoothing 0.1, Adam with $\beta_2 = 0.98$, warm-up then inverse-square-root
+# decay), greedy and beam search (beam 4, length penalty 0.6), checkpoint averaging, and sacreBLEU with its signature.
+# The recurrent baseline of notebook 01 trains beside it on the same budget.
+
+# %% tags=["parameters"]
 SMOKE: bool = False  # tiny model, a few seconds of training (what CI runs)
 SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # evaluate this checkpoint instead of training (e.g. runs/bench-small/averaged.pt)
 TRAIN_MINUTES: float = 5.0  # Transformer budget (the model is cached and shared with notebook 05)
 RNN_MINUTES: float = 2.0  # budget of the recurrent baseline
 N_TEST: int = 1000  # test_2016_flickr sentences to score; the split has 1000
-"""),
-("code", "COMMON"),
-("code", """
+
+# %%
+import json, math, time
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
 from workbench.pipeline import get_translator
 from workbench.data import load_multi30k
 from workbench.decode import translate
@@ -34,16 +54,21 @@ test = load_multi30k("test_2016_flickr", "de", "en")[:n_test]
 sources, refs = [s for s, _ in test], [t for _, t in test]
 print("vocabulary:", tok.src_vocab_size, "| parameters:", wb.count_parameters(model))
 print("subwords of a test sentence:", tok.tokens_src(sources[0]))
-"""),
-("md", "## Training curves"),
-("code", """
+
+# %% [markdown]
+# ## Training curves
+
+# %%
 history = state.get("history") or {}
 if history:
     figures.training_curves(history, title="Transformer on Multi30k").show()
     print("tokens/s per epoch:", [round(x) for x in history.get("tokens_per_s", [])])
-"""),
-("md", "## Greedy vs beam search, with and without checkpoint averaging\nsacreBLEU on detokenized, cased text is the number to compare across papers; lower-cased tokenized BLEU, which older tutorials report, is printed beside it for reconciliation:"),
-("code", """
+
+# %% [markdown]
+# ## Greedy vs beam search, with and without checkpoint averaging
+# sacreBLEU on detokenized, cased text is the number to compare across papers; lower-cased tokenized BLEU, which older tutorials report, is printed beside it for reconciliation:
+
+# %%
 results = {}
 def score(name, m, beam):
     t0 = time.perf_counter()
@@ -60,28 +85,32 @@ if state.get("run_dir"):
     hyps_avg = score("averaged, beam 4", avg_model, 4)
 import pandas as pd
 pd.DataFrame(results).T
-"""),
-("code", """
+
+# %%
 for i in range(5):
     print("DE :", sources[i]); print("REF:", refs[i]); print("HYP:", hyps_beam[i]); print()
-"""),
-("md", "## Cross-attention alignments of a test sentence"),
-("code", """
+
+# %% [markdown]
+# ## Cross-attention alignments of a test sentence
+
+# %%
 from workbench.analysis import inspect_translation
 ins = inspect_translation(model, tok, sources[1], beam=4)
 figures.attention_heatmap(ins.weights("cross", -1).mean(0), ins.out_tokens, ins.src_tokens,
                           title="cross-attention, last layer, mean of heads").show()
-"""),
-("md", "## The recurrent baseline under a budget"),
-("code", """
+
+# %% [markdown]
+# ## The recurrent baseline under a budget
+
+# %%
 rnn, rtok, rstate = get_translator(arch="rnn", **{**kw, "minutes": rnn_minutes, "warmup_steps": rnn_warmup})
 rnn_hyps = translate(rnn, rtok, sources, beam=4)
 results["GRU + attention, beam 4"] = {"bleu": corpus_bleu(rnn_hyps, refs).score, "tok_bleu": tokenized_bleu(rnn_hyps, refs).score,
                                       "chrf": chrf(rnn_hyps, refs).score}
 figures.bar_figure(list(results), [r["bleu"] for r in results.values()], title="sacreBLEU on test_2016_flickr", ylabel="BLEU").show()
 metrics.update({k: v["bleu"] for k, v in results.items()}, signature=results["last, beam 4"]["signature"], n_test=len(test))
-"""),
-("code", """
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["signature"].startswith("nrefs:1|case:mixed")
@@ -91,5 +120,3 @@ if SMOKE:  # seconds of training: the model must at least beat a uniform guess o
 else:     # a translator well above noise: 5 CPU minutes give ~12 sacreBLEU, the 41-minute benchmark recipe 39
     assert metrics["last, beam 4"] > 8.0
     assert metrics["last, beam 4"] >= metrics["last, greedy"] - 1.0  # beam search is not worse than greedy
-"""),
-]

@@ -1,30 +1,54 @@
-NAME = "01_seq2seq_attention"
-CELLS = [
-("md", r"""
-# 01 · Seq2seq attention: from a bottleneck to a weighted look-up
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-A recurrent encoder reads the source one token at a time and leaves a state $h_i$ per position. Without attention,
-the decoder starts from the **last** state only: the whole sentence has to squeeze through one vector. Attention
-lets the decoder, at every step $t$, look back at all encoder states:
+# %% [markdown]
+# # 01 · Seq2seq attention: from a bottleneck to a weighted look-up
+#
+# A recurrent encoder reads the source one token at a time and leaves a state $h_i$ per position. Without attention,
+# the decoder starts from the **last** state only: the whole sentence has to squeeze through one vector. Attention
+# lets the decoder, at every step $t$, look back at all encoder states:
+#
+# 1. score every source position with a dot product, $e_i = s_t \cdot h_i$;
+# 2. turn the scores into a distribution, $\alpha = \mathrm{softmax}(e)$;
+# 3. take the weighted sum $a_t = \sum_i \alpha_i h_i$ (the context vector);
+# 4. predict the next word from $[a_t; s_t]$, the context concatenated with the decoder state.
+#
+# This notebook does the four steps by hand with real numbers, then trains the same GRU model with and without
+# attention and compares them, including how BLEU changes with source length.
 
-1. score every source position with a dot product, $e_i = s_t \cdot h_i$;
-2. turn the scores into a distribution, $\alpha = \mathrm{softmax}(e)$;
-3. take the weighted sum $a_t = \sum_i \alpha_i h_i$ (the context vector);
-4. predict the next word from $[a_t; s_t]$, the context concatenated with the decoder state.
-
-This notebook does the four steps by hand with real numbers, then trains the same GRU model with and without
-attention and compares them, including how BLEU changes with source length.
-"""),
-("params", """
+# %% tags=["parameters"]
 SMOKE: bool = False  # tiny data and a few seconds of training (what CI runs)
 SEED: int = 0  # seeds every random draw in the notebook
 TRAIN_SECONDS: float = 60.0  # training budget per model (with and without attention)
 TRAIN_PAIRS: int = 12000  # Multi30k training pairs used (de -> en)
 D_MODEL: int = 256  # GRU state size
-"""),
-("code", "COMMON"),
-("md", "## The four steps on a worked example\nThree encoder states of width 4 and one decoder state:"),
-("code", """
+
+# %%
+import json
+import torch
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %% [markdown]
+# ## The four steps on a worked example
+# Three encoder states of width 4 and one decoder state:
+
+# %%
 H = torch.tensor([[1.0, 0.0, 1.0, 0.0],   # h_1
                   [0.0, 2.0, 0.0, 1.0],   # h_2
                   [1.0, 1.0, 1.0, 1.0]])  # h_3
@@ -41,15 +65,20 @@ manual = sum(alpha[i] * H[i] for i in range(3))
 assert torch.allclose(a, manual) and abs(float(alpha.sum()) - 1) < 1e-6
 assert int(alpha.argmax()) == int(e.argmax())  # the best-matching state gets the most weight
 metrics["worked_alpha"] = alpha.tolist()
-"""),
-("md", "The same computation, batched, is what `workbench.rnn.DotProductAttention` does for every decoder step at once."),
-("code", """
+
+# %% [markdown]
+# The same computation, batched, is what `workbench.rnn.DotProductAttention` does for every decoder step at once.
+
+# %%
 attn = wb.rnn.DotProductAttention()
 ctx, w = attn(s[None, None], H[None], torch.ones(1, 3, dtype=torch.bool))
 assert torch.allclose(w[0, 0], alpha) and torch.allclose(ctx[0, 0], a)
-"""),
-("md", "## Training the recurrent model with and without attention\nSMOKE uses a synthetic reversal task; the full run uses German→English Multi30k."),
-("code", """
+
+# %% [markdown]
+# ## Training the recurrent model with and without attention
+# SMOKE uses a synthetic reversal task; the full run uses German→English Multi30k.
+
+# %%
 from workbench.data import load_multi30k, synthetic_pairs
 from workbench.tokenizer import SubwordTokenizer, WordTokenizer
 from workbench.train import fit
@@ -75,8 +104,8 @@ for use_attention in (True, False):
     histories[use_attention] = fit(m, tok, train, val, cfg)
     models[use_attention] = m
 print({k: round(h.val_loss[-1], 3) for k, h in histories.items()})
-"""),
-("code", """
+
+# %%
 sources, refs = [s for s, _ in val], [t for _, t in val]
 hyps = {k: translate(m, tok, sources, beam=1) for k, m in models.items()}
 bleu = {k: corpus_bleu(h, refs).score for k, h in hyps.items()}
@@ -87,12 +116,15 @@ fig = figures.line_figure([r[0] for r in by_len[True]],
                            "without attention": [r[2] for r in by_len[False]]},
                           xlabel="source length (words)", ylabel="BLEU", title="BLEU by source length")
 fig.show()
-print("BLEU with attention %.2f, without %.2f" % (bleu[True], bleu[False]))
+print(f"BLEU with attention {bleu[True]:.2f}, without {bleu[False]:.2f}")
 metrics.update(bleu_attention=bleu[True], bleu_no_attention=bleu[False],
                val_loss_attention=histories[True].val_loss[-1], val_loss_no_attention=histories[False].val_loss[-1])
-"""),
-("md", "## Where the decoder looked\nThe captured weights of one validation sentence: each output token (row) spreads one unit of attention over the source tokens (columns)."),
-("code", """
+
+# %% [markdown]
+# ## Where the decoder looked
+# The captured weights of one validation sentence: each output token (row) spreads one unit of attention over the source tokens (columns).
+
+# %%
 src_text = sources[0]
 ids = torch.tensor([tok.encode_src([src_text])[0]])
 out = wb.decode.greedy_decode(models[True], ids)
@@ -105,12 +137,10 @@ figures.attention_heatmap(w, [tok.id_to_token(i) for i in hyp], tok.tokens_src(s
                           title="GRU dot-product attention (alignment)").show()
 assert torch.allclose(w.sum(-1), torch.ones(w.shape[0]), atol=1e-5)
 metrics["alignment_rows_sum_to_one"] = True
-"""),
-("code", """
+
+# %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 # what this notebook demonstrated
 assert metrics["val_loss_attention"] < metrics["val_loss_no_attention"], "attention should fit the data better"
 assert metrics["bleu_attention"] >= metrics["bleu_no_attention"]
-"""),
-]
