@@ -22,6 +22,7 @@ from .model import Transformer, build_model
 from .positional import distance_matrix, sinusoidal_table
 from .rnn import RNNConfig, RNNSeq2Seq, build_rnn
 from .runtime import count_parameters, resolve_device, set_seed
+from .shipped import PretrainedError, list_pretrained, pretrained
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "MultiHeadAttention",
     "NotebookParameterError",
     "PRESETS",
+    "PretrainedError",
     "RNNConfig",
     "RNNSeq2Seq",
     "TrainConfig",
@@ -53,8 +55,10 @@ __all__ = [
     "count_parameters",
     "distance_matrix",
     "hooks_remaining",
+    "list_pretrained",
     "padding_mask",
     "preset",
+    "pretrained",
     "resolve_device",
     "scaled_dot_product_attention",
     "set_seed",

@@ -19,18 +19,11 @@ from .errors import WorkbenchError
 log = logging.getLogger("workbench")
 
 
-def _resolve_checkpoint(path: str) -> Path:
-    from .errors import CheckpointError
+def _resolve_checkpoint(path: str) -> Path | str:
+    """A shipped model name as is, else a checkpoint file (a run folder gives its best file)."""
+    from .shipped import is_pretrained_name, resolve_checkpoint
 
-    p = Path(path)
-    if p.is_dir():
-        for name in ("averaged.pt", "best.pt", "last.pt"):
-            if (p / name).exists():
-                return p / name
-        raise CheckpointError(f"no checkpoint in {p}: expected averaged.pt, best.pt or last.pt (train with --out {p})")
-    if not p.exists():
-        raise CheckpointError(f"checkpoint {p} does not exist: pass a file written by 'workbench train' or its run folder")
-    return p
+    return path if is_pretrained_name(path) else resolve_checkpoint(path)
 
 
 # -- commands ------------------------------------------------------------------------------------------------------
@@ -110,12 +103,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from .checkpoint import load_model
     from .decode import translate
     from .runtime import resolve_device
+    from .shipped import load_any
 
     device = resolve_device(args.device)
-    model, tokenizer, _ = load_model(_resolve_checkpoint(args.checkpoint), device=device)
+    model, tokenizer, _ = load_any(_resolve_checkpoint(args.checkpoint), device=device)
     sentences = list(args.sentences) or [line.rstrip("\n") for line in sys.stdin]
     for line in translate(model, tokenizer, sentences, beam=args.beam, device=device):
         print(line)
@@ -139,8 +132,50 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"{result['split']}: sacreBLEU {result['bleu']:.2f} on {result['n_sentences']} sentences")
         print(f"  signature: {result['signature']}")
         print(f"  tokenized lower-cased BLEU {result['tok_bleu']:.2f} (a different, higher number), chrF {result['chrf']:.2f}")
-        print(f"  hypotheses written to {result['hypotheses']}")
+        if result.get("hypotheses"):
+            print(f"  hypotheses written to {result['hypotheses']}")
     return 0
+
+
+def cmd_pretrained(args: argparse.Namespace) -> int:
+    from . import shipped
+
+    if args.action == "list":
+        for name in shipped.list_pretrained():
+            card = shipped.read_card(name)
+            b = card["bleu"]["test_2016_flickr"]
+            print(f"{name:14s} {card['parameters']:>11,} parameters  test_2016_flickr sacreBLEU {b['beam4']:.2f} "
+                  f"(beam 4), {b['greedy']:.2f} (greedy)  {card['title']}")
+        return 0
+    if args.action == "verify":
+        for name in args.names or shipped.list_pretrained():
+            shipped.verify_pretrained(name)
+            print(f"{name}: every file matches its SHA-256")
+        return 0
+    if args.action == "build":
+        card = shipped.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
+                                     title=args.title, summary=args.summary, commit=args.commit, budget=args.budget,
+                                     threads=args.threads, data_dir=args.data_dir)
+        print(json.dumps(card["bleu"], indent=2))
+        return 0
+    if args.action == "reproduce":
+        import shlex
+
+        card = shipped.read_card(args.name)
+        out = Path(args.out)
+        argv = shlex.split(card["reproduce"]["train"])
+        argv = argv[argv.index("train"):]  # drop the program name and environment prefixes
+        if "--out" in argv:
+            argv[argv.index("--out") + 1] = str(out / "run")
+        rc = main(argv)
+        if rc:
+            return rc
+        built = shipped.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
+                                      title=card["title"], summary=card["summary"],
+                                      budget=card["training"].get("budget", ""), data_dir=args.data_dir)
+        print(json.dumps({"yours": built["bleu"], "shipped": card["bleu"]}, indent=2))
+        return 0
+    return 2
 
 
 def cmd_average(args: argparse.Namespace) -> int:
@@ -211,14 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("translate", help="translate sentences given as arguments, or one a line on stdin")
-    p.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
     p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
     p.add_argument("--device", default="auto")
     p.add_argument("sentences", nargs="*")
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split")
-    p.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--beam", type=int, default=4)
@@ -241,6 +276,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="reports", help="output folder (an index.html is written there)")
     r.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook (JSON values)")
     r.set_defaults(func=cmd_notebooks)
+
+    p = sub.add_parser("pretrained", help="the trained translators that ship with the workbench")
+    psub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = psub.add_parser("list", help="the shipped models and their test scores")
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("verify", help="check the SHA-256 of every shipped file")
+    q.add_argument("names", nargs="*")
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("reproduce", help="train and build a shipped model again from its card's recipe")
+    q.add_argument("name")
+    q.add_argument("--out", required=True, help="folder for the run and the rebuilt model")
+    q.add_argument("--data-dir", default=None)
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("build", help="turn a training run into a shipped model folder with its card")
+    q.add_argument("run_dir")
+    q.add_argument("--name", required=True)
+    q.add_argument("--out", required=True, help="model folder to write (e.g. workbench/weights/NAME)")
+    q.add_argument("--train-command", required=True, help="the exact command that trained the run (for the card)")
+    q.add_argument("--title", required=True)
+    q.add_argument("--summary", default="")
+    q.add_argument("--commit", default="", help="commit of the code that trained the run")
+    q.add_argument("--budget", default="", help="the training budget, in words, for the card")
+    q.add_argument("--threads", type=int, default=None, help="CPU threads the run used")
+    q.add_argument("--data-dir", default=None)
+    q.set_defaults(func=cmd_pretrained)
 
     from .benchmark import add_arguments as add_bench_arguments
 

@@ -144,13 +144,13 @@ def evaluate_checkpoint(
     write_hypotheses: bool = True,
 ) -> dict[str, Any]:
     """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split."""
-    from .checkpoint import load_model
     from .decode import translate
     from .metrics import chrf, corpus_bleu, tokenized_bleu
     from .runtime import resolve_device
+    from .shipped import is_pretrained_name, load_any
 
     dev = resolve_device(device)
-    model, tokenizer, ckpt = load_model(checkpoint, device=dev)
+    model, tokenizer, ckpt = load_any(checkpoint, device=dev)
     meta = ckpt.get("extra") or {}
     src = src or meta.get("src_lang", "de")
     tgt = tgt or meta.get("tgt_lang", "en")
@@ -173,7 +173,7 @@ def evaluate_checkpoint(
         "decode_seconds": round(seconds, 1),
         "checkpoint": str(checkpoint),
     }
-    if write_hypotheses:
+    if write_hypotheses and not is_pretrained_name(str(checkpoint)):
         path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}.beam{beam}.{tgt}.txt")
         path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
         result["hypotheses"] = str(path)

@@ -1,0 +1,128 @@
+"""Shipped models: safetensors + JSON config + tokenizer + card, verified by SHA-256 before loading."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench.shipped import (
+    PretrainedError,
+    export_weights,
+    half_roundtrip,
+    list_pretrained,
+    load_any,
+    pretrained,
+    sha256_file,
+    write_card,
+)
+
+
+def _card(name: str) -> dict:
+    scores = {"bleu": 1.0, "chrf": 2.0, "tok_bleu": 1.5, "signature": "sig"}
+    return {
+        "name": name, "title": "test model", "summary": "", "arch": "transformer", "src_lang": "de", "tgt_lang": "en",
+        "parameters": 1, "model_cfg": {}, "vocab_size": 1, "bleu": {}, "scores": {"val": {"greedy": scores}},
+        "signature": "sig", "weights_chosen": "last", "training": {}, "reproduce": {"train": "t", "build": "b"},
+        "commit": "", "hardware": "", "data": "", "limits": ["short"],
+    }
+
+
+@pytest.fixture()
+def tiny_shipped(tmp_path, subword_tokenizer):
+    torch.manual_seed(0)
+    v = subword_tokenizer.src_vocab_size
+    model = wb.build_model(wb.preset("tiny", tie_src_tgt=True), v, v, pad_id=subword_tokenizer.pad_id).eval()
+    export_weights(model, subword_tokenizer, tmp_path / "tiny-de-en", "de", "en")
+    write_card(tmp_path / "tiny-de-en", _card("tiny-de-en"))
+    return tmp_path, model, subword_tokenizer
+
+
+def test_roundtrip_loads_float32_equal_to_half_rounded_weights(tiny_shipped):
+    root, model, tok = tiny_shipped
+    loaded, loaded_tok, card = pretrained("tiny-de-en", root=root)
+    assert list_pretrained(root) == ["tiny-de-en"]
+    assert card["name"] == "tiny-de-en" and set(card["sha256"]) == {"model.safetensors", "config.json", "tokenizer.json", "CARD.md"}
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    # tied weights stay tied after loading (one matrix for both embeddings and the projection)
+    assert loaded.src_embed.tokens.weight is loaded.tgt_embed.tokens.weight
+    assert loaded.generator.weight is loaded.tgt_embed.tokens.weight
+    src, tgt = torch.randint(4, tok.src_vocab_size, (2, 6)), torch.randint(4, tok.src_vocab_size, (2, 5))
+    expected = half_roundtrip(model)(src, tgt)
+    assert torch.equal(loaded(src, tgt), expected)
+    assert loaded_tok.to_json() == tok.to_json()
+    safetensors_bytes = (root / "tiny-de-en" / "model.safetensors").stat().st_size
+    n_params = sum(p.numel() for p in model.parameters())
+    assert safetensors_bytes < 2 * n_params + 16_384, "weights are not stored in half precision (2 bytes each)"
+
+
+def test_corrupted_file_is_refused_and_left_untouched(tiny_shipped):
+    root, _, _ = tiny_shipped
+    weights = root / "tiny-de-en" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-10] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    before = sha256_file(weights)
+    with pytest.raises(PretrainedError, match=r"model\.safetensors does not match its recorded SHA-256"):
+        pretrained("tiny-de-en", root=root)
+    assert sha256_file(weights) == before and weights.read_bytes() == bytes(data)
+
+
+def test_missing_file_and_unknown_name_are_clear_errors(tiny_shipped):
+    root, _, _ = tiny_shipped
+    with pytest.raises(PretrainedError, match="no shipped model named 'nope'"):
+        pretrained("nope", root=root)
+    (root / "tiny-de-en" / "tokenizer.json").unlink()
+    with pytest.raises(PretrainedError, match="tokenizer.json is missing"):
+        pretrained("tiny-de-en", root=root)
+
+
+def test_card_markdown_names_the_recipe(tiny_shipped):
+    root, _, _ = tiny_shipped
+    text = (root / "tiny-de-en" / "CARD.md").read_text()
+    assert "reproduce: `t`" in text and "sacreBLEU" in text and "short" in text
+    card = json.loads((root / "tiny-de-en" / "card.json").read_text())
+    assert card["sha256"]["CARD.md"] == sha256_file(root / "tiny-de-en" / "CARD.md")
+
+
+SHIPPED = list_pretrained()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_model_is_small_verified_and_loads(name):
+    folder = Path(wb.shipped.WEIGHTS_DIR) / name
+    assert (folder / "model.safetensors").stat().st_size <= 20 * 2**20
+    model, tok, card = pretrained(name)
+    assert card["parameters"] == sum(p.numel() for p in model.parameters())
+    for split in ("val", "test_2016_flickr"):
+        for beam in ("greedy", "beam4"):
+            s = card["scores"][split][beam]
+            assert s["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+            assert 0 < s["bleu"] < 100 and 0 < s["chrf"] < 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_model_reproduces_its_card_greedy_bleu_on_test(name, multi30k_dir):
+    from workbench.data import load_multi30k
+    from workbench.shipped import score
+
+    model, tok, card = pretrained(name)
+    pairs = load_multi30k("test_2016_flickr", card["src_lang"], card["tgt_lang"], data_dir=multi30k_dir)
+    got = score(model, tok, pairs, beam=1)
+    assert abs(got["bleu"] - card["scores"]["test_2016_flickr"]["greedy"]["bleu"]) <= 0.1
+    assert got["signature"] == card["scores"]["test_2016_flickr"]["greedy"]["signature"]
+
+
+def test_shipped_names_resolve_in_the_cli_loader(tiny_shipped, monkeypatch):
+    root, _, _ = tiny_shipped
+    monkeypatch.setattr(wb.shipped, "WEIGHTS_DIR", root)
+    model, tok, info = load_any("tiny-de-en")
+    assert info["card"]["name"] == "tiny-de-en"
+    shutil.rmtree(root / "tiny-de-en")
+    with pytest.raises(wb.CheckpointError, match="shipped model name"):
+        load_any("tiny-de-en")

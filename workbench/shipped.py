@@ -1,0 +1,394 @@
+"""Trained translators that ship inside the package: ``workbench.pretrained(name) -> (model, tokenizer, card)``.
+
+Each model lives in ``workbench/weights/NAME/``:
+
+    model.safetensors   the weights in half precision (no pickle; loaded back as float32)
+    config.json         architecture, model config, vocabulary sizes, languages
+    tokenizer.json      the subword tokenizer, trained on the training split only
+    CARD.md             the model card for people
+    card.json           the same for programs: recipe, hardware, scores with sacreBLEU signatures, SHA-256 of files
+
+Loading checks every file's SHA-256 against ``card.json`` first and refuses a changed or truncated file with a
+:class:`PretrainedError` that names it; nothing on disk is modified. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+FILES = ("model.safetensors", "config.json", "tokenizer.json", "CARD.md")  # hashed in card.json
+
+
+class PretrainedError(CheckpointError):
+    """A shipped model that is unknown, missing a file, or whose file does not match its recorded SHA-256."""
+
+
+def list_pretrained(root: str | Path | None = None) -> list[str]:
+    """Names of the shipped models (folders with a ``card.json``)."""
+    root = Path(root) if root is not None else WEIGHTS_DIR
+    return sorted(p.parent.name for p in root.glob("*/card.json"))
+
+
+def is_pretrained_name(spec: str | Path, root: str | Path | None = None) -> bool:
+    """True when ``spec`` names a shipped model and is not also a path on disk."""
+    return isinstance(spec, str) and not Path(spec).exists() and spec in list_pretrained(root)
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_dir(name: str, root: str | Path | None = None) -> Path:
+    root = Path(root) if root is not None else WEIGHTS_DIR
+    names = list_pretrained(root)
+    if name not in names:
+        raise PretrainedError(f"no shipped model named {name!r}: choose one of {names} (`workbench pretrained list`)")
+    return root / name
+
+
+def read_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
+    """The machine-readable card of a shipped model (no hash check; see :func:`verify_pretrained`)."""
+    return json.loads((model_dir(name, root) / "card.json").read_text(encoding="utf-8"))
+
+
+def verify_pretrained(name: str, root: str | Path | None = None) -> dict[str, Any]:
+    """Check every file of a shipped model against the SHA-256 in its card; returns the card."""
+    folder = model_dir(name, root)
+    card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
+    recorded = card.get("sha256") or {}
+    for fname in FILES:
+        path = folder / fname
+        if fname not in recorded:
+            raise PretrainedError(f"{folder / 'card.json'} records no SHA-256 for {fname}: the card is incomplete")
+        if not path.exists():
+            raise PretrainedError(f"{path} is missing: reinstall the package (pip install --force-reinstall "
+                                  "attention-workbench) or restore it with `git checkout -- workbench/weights`")
+        actual = sha256_file(path)
+        if actual != recorded[fname]:
+            raise PretrainedError(
+                f"{path} does not match its recorded SHA-256 (expected {recorded[fname][:12]}..., found "
+                f"{actual[:12]}...): the file was changed or truncated. It was left as it is; restore it with "
+                "`git checkout -- workbench/weights` or reinstall the package"
+            )
+    return card
+
+
+def _build(config: dict[str, Any]) -> nn.Module:
+    from .registry import build_from_config
+
+    return build_from_config(config["arch"], config["model_cfg"], config["src_vocab_size"], config["tgt_vocab_size"],
+                             config["pad_id"])
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the best file in a run folder (averaged.pt, then best.pt, then last.pt)."""
+    p = Path(path)
+    if p.is_dir():
+        for fname in ("averaged.pt", "best.pt", "last.pt"):
+            if (p / fname).exists():
+                return p / fname
+        raise CheckpointError(f"no checkpoint in {p}: expected averaged.pt, best.pt or last.pt (train with --out {p})")
+    if not p.exists():
+        names = list_pretrained()
+        raise CheckpointError(f"checkpoint {p} does not exist: pass a file written by 'workbench train', its run "
+                              f"folder, or a shipped model name ({', '.join(names) or 'none installed'})")
+    return p
+
+
+def pretrained(name: str = "small-de-en", device: str | torch.device = "cpu",
+               root: str | Path | None = None) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """A shipped translator, verified and loaded: (model in eval mode, float32, tokenizer, card dict).
+
+    Example:
+        >>> model, tokenizer, card = workbench.pretrained("small-de-en")
+        >>> card["bleu"]["test_2016_flickr"]["beam4"]["bleu"]
+    """
+    card = verify_pretrained(name, root)
+    model, tokenizer = load_folder(model_dir(name, root), device=device)
+    return model, tokenizer, card
+
+
+def load_folder(folder: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any]:
+    """Model (eval mode, float32) and tokenizer from a folder in the shipped layout, without hash checks."""
+    from safetensors.torch import load_model
+
+    from .tokenizer import tokenizer_from_json
+
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    model = _build(config)
+    # the file holds float16 tensors; load_state_dict copies them into the float32 parameters
+    missing, unexpected = load_model(model, str(folder / "model.safetensors"), strict=False)
+    if missing or unexpected:
+        raise PretrainedError(f"{folder / 'model.safetensors'} does not fit its config.json (missing {missing[:3]}, "
+                              f"unexpected {unexpected[:3]})")
+    tokenizer = tokenizer_from_json((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    return model.to(device).eval(), tokenizer
+
+
+def load_any(spec: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any, dict[str, Any]]:
+    """A shipped model by name, or a checkpoint file / run folder: (model, tokenizer, info dict)."""
+    if is_pretrained_name(str(spec)):
+        model, tokenizer, card = pretrained(str(spec), device=device)
+        return model, tokenizer, {"card": card, "extra": {"src_lang": card["src_lang"], "tgt_lang": card["tgt_lang"]},
+                                  "source": str(spec)}
+    from .checkpoint import load_model
+
+    path = resolve_checkpoint(spec)
+    model, tokenizer, state = load_model(path, device=device)
+    state["source"] = str(path)
+    return model, tokenizer, state
+
+
+# -- writing a shipped model (used by `workbench pretrained build`) ------------------------------------------------
+def export_weights(model: nn.Module, tokenizer: Any, out_dir: str | Path, src_lang: str, tgt_lang: str) -> Path:
+    """Write ``model.safetensors`` (float16), ``config.json`` and ``tokenizer.json`` of a model into ``out_dir``."""
+    import copy
+    import dataclasses
+
+    from safetensors.torch import save_model
+
+    from .checkpoint import _unwrap
+    from .registry import architecture_of
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = _unwrap(model)
+    config = {
+        "arch": architecture_of(model),
+        "model_cfg": dataclasses.asdict(model.cfg),
+        "src_vocab_size": model.src_vocab_size,
+        "tgt_vocab_size": model.tgt_vocab_size,
+        "pad_id": model.pad_id,
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "dtype_on_disk": "float16",
+    }
+    half = copy.deepcopy(model).cpu().half()
+    save_model(half, str(out / "model.safetensors"))  # shared (tied) tensors are stored once
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "tokenizer.json").write_text(tokenizer.to_json(), encoding="utf-8")
+    return out
+
+
+def write_card(out_dir: str | Path, card: dict[str, Any]) -> Path:
+    """Render ``CARD.md`` from ``card`` and write ``card.json`` with the SHA-256 of every other file."""
+    out = Path(out_dir)
+    (out / "CARD.md").write_text(render_card(card), encoding="utf-8")
+    card = {**card, "sha256": {f: sha256_file(out / f) for f in FILES},
+            "bytes": {f: (out / f).stat().st_size for f in FILES}}
+    (out / "card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out / "card.json"
+
+
+def _score_rows(card: dict[str, Any]) -> list[str]:
+    rows = ["| split | decoding | sacreBLEU | chrF | tokenized lower-cased BLEU |", "|---|---|---|---|---|"]
+    for split, by_beam in card.get("scores", {}).items():
+        for beam_name, s in by_beam.items():
+            rows.append(f"| {split} | {beam_name} | {s['bleu']:.2f} | {s['chrf']:.2f} | {s['tok_bleu']:.2f} |")
+    return rows
+
+
+def render_card(card: dict[str, Any]) -> str:
+    """The human-readable model card (Markdown) from the card dictionary."""
+    t = card.get("training", {})
+    lines = [
+        f"# {card['name']}: {card['title']}",
+        "",
+        card.get("summary", ""),
+        "",
+        "## Scores",
+        "",
+        *_score_rows(card),
+        "",
+        f"sacreBLEU signature: `{card.get('signature', '')}`. Weights: {card.get('weights_chosen', '')}.",
+        "Scores were computed with the shipped float16 weights loaded as float32, exactly as `workbench.pretrained` "
+        "returns them.",
+        "",
+        "## Model",
+        "",
+        f"- architecture: {card['arch']}, {card['parameters']:,} parameters",
+        f"- config: `{json.dumps(card.get('model_cfg', {}))}`",
+        f"- tokenizer: joint BPE, {card.get('vocab_size')} subwords, trained on the training split only",
+        "",
+        "## Training",
+        "",
+        f"- reproduce: `{card['reproduce']['train']}` then `{card['reproduce']['build']}` "
+        f"(or `workbench pretrained reproduce {card['name']} --out DIR`)",
+        f"- commit: {card.get('commit')}",
+        f"- hardware: {card.get('hardware')}",
+        f"- wall time: {t.get('minutes')} min training ({t.get('stopped_reason')}), {t.get('steps')} steps, "
+        f"{t.get('epochs')} epochs, {t.get('tokens_per_s')} tokens/s at the end",
+        f"- budget: {t.get('budget')}",
+        "",
+        "## Data",
+        "",
+        card.get("data", ""),
+        "",
+        "## Known limits",
+        "",
+        *[f"- {x}" for x in card.get("limits", [])],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- building a shipped model from a training run ------------------------------------------------------------------
+DATA_NOTE = (
+    "Multi30k Task 1 (Elliott et al., 2016: *Multi30K: Multilingual English-German Image Descriptions*), the "
+    "German and English captions of Flickr30k images (Young et al., 2014), from "
+    "https://github.com/multi30k/dataset: train (29,000 pairs) for training and for the tokenizer, val (1,014) for "
+    "every choice made, test_2016_flickr (1,000) scored once at the end. The captions are distributed by their "
+    "authors for research use under the terms of the Multi30k and Flickr30k releases; cite both papers when you "
+    "use this model's outputs."
+)
+LIMITS = [
+    "Domain: one-sentence descriptions of photographs (people, animals, streets, sports). Expect much worse output on "
+    "news, dialogue, technical text or anything outside that register.",
+    "Short sentences: the training captions average about 12 words; past roughly 40 words quality drops and the "
+    "model's max_len caps the subword length.",
+    "Small model and small data: rare words are split into subwords and often mistranslated; names and numbers "
+    "are not reliably copied.",
+    "German→English only; the tokenizer is joint but the model was trained in one direction.",
+    "Trained on a 2-core CPU under a wall-clock budget, so it is not a converged model; scores are for comparison "
+    "within this project, not with WMT systems (Table 2 of the paper reports tokenized BLEU on WMT news).",
+]
+
+
+def half_roundtrip(model: nn.Module) -> nn.Module:
+    """The model with every stored float tensor rounded to float16 and back, as shipping stores it.
+
+    Non-persistent buffers (the sinusoidal table) are not stored and stay as computed in float32."""
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            if t.is_floating_point():
+                t.copy_(t.half().float())
+    return model
+
+
+def score(model: nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
+          device: str | torch.device = "cpu") -> dict[str, Any]:
+    """sacreBLEU (with signature), chrF and tokenized BLEU of a model's translations of ``pairs``."""
+    import time
+
+    from .decode import translate
+    from .metrics import chrf, corpus_bleu, tokenized_bleu
+
+    start = time.perf_counter()
+    hyps = translate(model, tokenizer, [s for s, _ in pairs], beam=beam, device=device, progress=True)
+    refs = [t for _, t in pairs]
+    bleu = corpus_bleu(hyps, refs)
+    return {"bleu": round(bleu.score, 2), "signature": bleu.signature, "chrf": round(chrf(hyps, refs).score, 2),
+            "tok_bleu": round(tokenized_bleu(hyps, refs).score, 2), "n_sentences": len(pairs),
+            "decode_seconds": round(time.perf_counter() - start, 1)}
+
+
+def _hardware() -> str:
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {'cuda' if torch.cuda.is_available() else 'cpu'}"
+
+
+def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_command: str, title: str,
+                  summary: str, commit: str = "", budget: str = "", threads: int | None = None,
+                  data_dir: str | Path | None = None, average: int = 5) -> dict[str, Any]:
+    """Choose the run's weights on val, write the shipped files and the card with val and test scores.
+
+    Candidates are the last checkpoint and the average of the last ``average`` step snapshots; each is rounded to
+    float16 (as shipped) and decoded greedily on the whole validation set; the better one ships. Test is scored once,
+    after the choice.
+    """
+    import shlex
+
+    from .checkpoint import average_last, load_model, step_checkpoints
+    from .data import load_multi30k
+    from .runtime import count_parameters
+
+    run = Path(run_dir)
+    out = Path(out_dir)
+    candidates = {"last checkpoint": run / "last.pt"}
+    if len(step_checkpoints(run)) >= 2:
+        candidates[f"average of the last {average} step snapshots"] = average_last(run, last=average)
+    model0, tok0, state0 = load_model(candidates["last checkpoint"])
+    extra = state0.get("extra") or {}
+    src, tgt = extra.get("src_lang", "de"), extra.get("tgt_lang", "en")
+    val = load_multi30k("val", src, tgt, data_dir=data_dir)
+    test = load_multi30k("test_2016_flickr", src, tgt, data_dir=data_dir)
+    choice: dict[str, Any] = {}
+    for label, path in candidates.items():
+        model, tok, _ = load_model(path)
+        choice[label] = score(half_roundtrip(model), tok, val, beam=1)["bleu"]
+        log.info("val greedy sacreBLEU of %s: %.2f", label, choice[label])
+    chosen = max(choice, key=choice.get)
+    model, tok, state = load_model(candidates[chosen])
+    export_weights(model, tok, out, src, tgt)
+    shipped, shipped_tok = load_folder(out)
+    scores = {
+        split: {("greedy" if beam == 1 else f"beam{beam}"): score(shipped, shipped_tok, pairs, beam)
+                for beam in (1, 4)}
+        for split, pairs in (("val", val), ("test_2016_flickr", test))
+    }
+    summary_json = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    history = json.loads((run / "history.json").read_text()) if (run / "history.json").exists() else {}
+    train_cfg = state0.get("train_cfg") or {}
+    card = {
+        "name": name,
+        "title": title,
+        "summary": summary,
+        "arch": summary_json.get("arch") or ("rnn" if "rnn" in name or "gru" in name else "transformer"),
+        "src_lang": src,
+        "tgt_lang": tgt,
+        "parameters": count_parameters(shipped),
+        "model_cfg": json.loads((out / "config.json").read_text())["model_cfg"],
+        "vocab_size": shipped.src_vocab_size,
+        "bleu": {split: {k: v["bleu"] for k, v in by.items()} for split, by in scores.items()},
+        "scores": scores,
+        "signature": scores["test_2016_flickr"]["beam4"]["signature"],
+        "weights_chosen": chosen,
+        "val_choice": {k: {"val_greedy_bleu": v} for k, v in choice.items()},
+        "training": {
+            "minutes": round(summary_json.get("seconds", 0) / 60, 1),
+            "stopped_reason": summary_json.get("stopped_reason"),
+            "steps": state0.get("step"),
+            "epochs": summary_json.get("epochs_run"),
+            "tokens_per_s": round(history["tokens_per_s"][-1]) if history.get("tokens_per_s") else None,
+            "val_bleu_per_epoch": history.get("val_bleu"),
+            "train_config": train_cfg,
+            "budget": budget,
+            "threads": threads,
+        },
+        "reproduce": {"train": train_command,
+                      "build": f"workbench pretrained build {shlex.quote(str(run))} --name {name} --out DIR"},
+        "commit": commit,
+        "hardware": _hardware(),
+        "data": DATA_NOTE,
+        "limits": LIMITS,
+    }
+    write_card(out, card)
+    return json.loads((out / "card.json").read_text())
