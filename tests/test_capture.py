@@ -107,3 +107,54 @@ def test_rnn_attention_through_same_api():
     assert w.shape == (2, 1, 4, 6)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 1, 4))
     assert torch.all(w[0, :, :, 3:] == 0)
+
+
+@pytest.mark.parametrize("name", ["hook_q", "hook_k", "hook_v", "hook_z"])
+def test_a_hook_on_one_point_alone_fires_and_acts(model_and_batch, name):
+    """Each hook point is tapped on its own: a hook on ``hook_k`` or ``hook_v`` alone (no ``hook_q``) must run,
+    and what it returns must be what the attention uses (zeroing the values zeroes the heads' outputs)."""
+    model, src, tgt = model_and_batch
+    block = model.encoder_layers[0].self_attn
+    plain = model(src, tgt)
+    seen = []
+
+    def zero(_m, _inp, out):
+        seen.append(out.shape)
+        return torch.zeros_like(out)
+
+    handle = getattr(block, name).register_forward_hook(zero)
+    try:
+        hooked = model(src, tgt)
+    finally:
+        handle.remove()
+    assert len(seen) == 1 and seen[0][:2] == (2, model.cfg.n_heads)
+    assert not torch.equal(hooked, plain)  # the replaced tensor reached the output
+    assert hooks_remaining(model) == 0 and torch.equal(model(src, tgt), plain)
+
+
+def test_a_forward_pre_hook_counts_as_listening(model_and_batch):
+    model, src, tgt = model_and_batch
+    block = model.encoder_layers[0].self_attn
+    seen = []
+    handle = block.hook_v.register_forward_pre_hook(lambda _m, inp: seen.append(inp[0].shape))
+    try:
+        assert block.hook_v.active() and hooks_remaining(model) == 1
+        model(src, tgt)
+    finally:
+        handle.remove()
+    assert len(seen) == 1 and not block.hook_v.active() and hooks_remaining(model) == 0
+
+
+def test_rnn_queries_keys_values_recorded():
+    """The RNN baseline's attention carries hook_q/k/v too: ``qkv=True`` must record them (one head)."""
+    torch.manual_seed(0)
+    model = build_rnn(RNNConfig(d_model=16), 30, 40).eval()
+    src, tgt = torch.randint(4, 30, (2, 6)), torch.randint(4, 40, (2, 4))
+    plain = model(src, tgt)
+    with capture_attention(model, qkv=True) as cache:
+        out = model(src, tgt)
+    assert torch.equal(plain, out) and hooks_remaining(model) == 0
+    q, k, v = (cache["rnn_cross", 0, f] for f in ("q", "k", "v"))
+    assert q.shape == (2, 1, 4, 16) and k.shape == v.shape == (2, 1, 6, 16)
+    # the recorded weights are the softmax of the recorded queries against the recorded keys
+    torch.testing.assert_close(cache["rnn_cross", 0], torch.softmax(q @ k.transpose(-2, -1), dim=-1))

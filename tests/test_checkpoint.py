@@ -101,3 +101,79 @@ def test_averaging(saved, tmp_path):
     assert torch.all(m.generator.weight == 1.5) and state["extra"]["averaged"] == ["ckpt_step0000010.pt", "ckpt_step0000020.pt"]
     with pytest.raises(CheckpointError, match="no ckpt_step"):
         average_last(tmp_path / "empty")
+
+
+def _snapshots(model, tok, run, n=4):
+    """Save ``n`` snapshots with distinct random weights; return the state dicts kept in memory."""
+    kept = []
+    for k in range(n):
+        torch.manual_seed(100 + k)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn_like(p))
+        kept.append({name: t.detach().clone() for name, t in model.state_dict().items()})
+        save_checkpoint(run / f"ckpt_step{k * 10:07d}.pt", model, tok, step=k * 10)
+    return kept
+
+
+def test_average_last_reads_each_snapshot_once_and_gives_the_true_mean(saved, tmp_path, monkeypatch):
+    model, tok, _ = saved
+    run = tmp_path / "run"
+    kept = _snapshots(model, tok, run)
+    loads = []
+    real_load = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        loads.append(os.path.basename(f))
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    out = average_last(run, last=3)
+    assert sorted(loads) == ["ckpt_step0000010.pt", "ckpt_step0000020.pt", "ckpt_step0000030.pt"]
+    monkeypatch.setattr(torch, "load", real_load)
+    state = load_checkpoint(out)
+    for name, value in state["model"].items():
+        mean = (kept[1][name].double() + kept[2][name].double() + kept[3][name].double()) / 3
+        torch.testing.assert_close(value, mean.to(kept[3][name].dtype), rtol=0, atol=1e-6)
+        assert value.dtype == kept[3][name].dtype
+    assert state["step"] == 30 and state["optimizer"] is None
+
+
+def test_every_checkpoint_file_is_fsynced_with_its_folder(saved, tmp_path, monkeypatch):
+    """The file's bytes are fsynced before the rename, and the folder after it (so the rename survives a power
+    loss): record the inode each fsync saw and compare with the final file and its folder."""
+    model, tok, _ = saved
+    run = tmp_path / "run"
+    _snapshots(model, tok, run, n=2)
+    synced = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        synced.append(os.fstat(fd).st_ino)
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    for write in (lambda: average_last(run, last=2), lambda: save_checkpoint(run / "one.pt", model, tok)):
+        synced.clear()
+        out = write()
+        assert out.stat().st_ino in synced and run.stat().st_ino in synced
+        assert synced.index(out.stat().st_ino) < synced.index(run.stat().st_ino)
+    assert [p.name for p in run.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_tokenizer_save_is_atomic_and_fsynced(tmp_path, monkeypatch):
+    tok = WordTokenizer.train([("a b c", "c b a")])
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_ino), real_fsync(fd))[1])
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    assert path.stat().st_ino in synced and tmp_path.stat().st_ino in synced
+    assert WordTokenizer.load(path).itos == tok.itos
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()  # the user's umask, not mkstemp's 0600
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -43,8 +43,44 @@ def test_slope_fit_recovers_power_law():
     assert slope == pytest.approx(1.7) and intercept == pytest.approx(1.0986, rel=1e-3)
 
 
-def test_measure_returns_positive_numbers_and_counts_steps():
+def test_measure_times_and_counts_steps():
     for kind in KINDS:
-        res = measure_layer(kind, 16, 8, repeats=2)
-        assert res["time_s"] > 0 and res["memory_bytes"] > 0
+        assert measure_layer(kind, 16, 8, repeats=2)["time_s"] > 0
     assert measure_layer("recurrent", 16, 8, repeats=1)["steps"] == 16
+    assert measure_layer("convolutional", 16, 8, repeats=1)["steps"] == 1
+
+
+def test_measured_memory_is_the_tensors_the_layers_allocate():
+    """Peak bytes against the sizes of the tensors each implementation creates, derived by hand (float32)."""
+    B, n, d = 2, 64, 16
+    mem = {kind: measure_layer(kind, n, d, batch=B, repeats=1)["memory_bytes"] for kind in KINDS}
+    assert mem["convolutional"] == B * n * d * 4  # only the (B, d, n) output; the transposes are views
+    # the explicit loop keeps the projected inputs (B, n, d), the n hidden states (B, d) and their stack (B, n, d)
+    assert mem["recurrent"] == 3 * B * n * d * 4
+    # the fused kernel never builds the (B, n, n) weights: its peak is its (B, 1, n, d) output and little more
+    assert B * n * d * 4 <= mem["self_attention"] < B * n * n * 4 / 2
+    # the band mask is an (n, n) tensor: memory quadratic in n even though only r keys per query are used
+    assert mem["restricted"] >= n * n
+
+
+# exact powers of k and their neighbours; math.ceil(math.log(n, k)) is one too many at 125 = 5**3, 216 = 6**3,
+# 5**6 and 8**7 (math.log(125, 5) == 3.0000000000000004)
+@pytest.mark.parametrize(
+    "n,k,layers",
+    [(124, 5, 3), (125, 5, 3), (126, 5, 4), (26, 3, 3), (27, 3, 3), (28, 3, 4), (243, 3, 5), (244, 3, 6),
+     (8, 2, 3), (9, 2, 4), (999, 10, 3), (1000, 10, 3), (1001, 10, 4), (215, 6, 3), (216, 6, 3), (217, 6, 4),
+     (5**6, 5, 6), (5**6 + 1, 5, 7), (8**7, 8, 7), (8**7 + 1, 8, 8)],
+)
+def test_dilated_path_length_exact_at_powers_of_k(n, k, layers):
+    """The smallest L with k**L >= n, written out by hand, and for small n also measured by autograd on a stack
+    of causal convolutions with dilations 1, k, k², ... (an independent check)."""
+    assert analytic_path_length("convolutional", n, k=k, dilated=True) == layers
+    if n <= 300:
+        from workbench.analysis import causal_dilated_path_length
+
+        assert causal_dilated_path_length(n, k) == layers
+
+
+def test_dilated_path_length_rejects_kernel_below_two():
+    with pytest.raises(ValueError, match="k"):
+        analytic_path_length("convolutional", 10, k=1, dilated=True)

@@ -59,6 +59,58 @@ def test_bertviz_arguments_work_with_bertviz(translator):
         to_bertviz(ins.cache, ins.src_tokens[:-1], ins.tgt_tokens)
 
 
-def test_small_explorers_build():
-    for w in (positional_explorer(16, 8), mask_explorer(6), complexity_explorer()):
-        assert w.children
+def _z(fig) -> np.ndarray:
+    return np.array(fig.data[0].z, dtype=float)
+
+
+def test_positional_explorer_redraws_when_a_slider_moves():
+    box = positional_explorer(16, 8)
+    (dm, ln), (p1, p2), readout, fig = box.children[0].children, box.children[1].children, box.children[2], box.children[3]
+    before = _z(fig)
+    assert before.shape == (8, 8)
+    dm.value = 64  # wider table: every distance changes, the diagonal stays zero
+    after = _z(fig)
+    assert not np.allclose(before, after) and np.all(np.diag(after) == 0)
+    # the distance between positions 0 and 1 is sqrt(sum_i 4 sin^2(w_i / 2)) with w_i = 10000^(-2i/d)
+    w = 10000.0 ** (-np.arange(0, 64, 2) / 64)
+    assert after[0, 1] == pytest.approx(np.sqrt((4 * np.sin(w / 2) ** 2).sum()), rel=1e-5)
+    ln.value = 12
+    assert _z(fig).shape == (12, 12) and p1.max == p2.max == 11
+    p2.value = 7
+    assert f"{_z(fig)[0, 7]:.3f}" in readout.value and "PE(7)" in readout.value
+
+
+def test_mask_explorer_redraws_when_a_control_moves():
+    box = mask_explorer(6)
+    (real, causal), fig = box.children[0].children, box.children[1]
+    lower = np.tril(np.ones((6, 6)))
+    np.testing.assert_array_equal(_z(fig), lower * (np.arange(6) < 4))  # 4 real tokens, causal
+    causal.value = False
+    np.testing.assert_array_equal(_z(fig), np.ones((6, 6)) * (np.arange(6) < 4))  # padding only
+    real.value = 2
+    np.testing.assert_array_equal(_z(fig), np.ones((6, 6)) * (np.arange(6) < 2))
+
+
+def test_complexity_explorer_bars_follow_table_1():
+    box = complexity_explorer(n=64, d=512)
+    (ns, ds), (ks, rs), fig = box.children[0].children, box.children[1].children, box.children[2]
+    kinds = list(fig.data[0].x)
+
+    def bars():
+        return dict(zip(kinds, fig.data[0].y, strict=True))
+
+    b0 = bars()
+    ns.value = 128  # self-attention 2 n^2 d quadruples; recurrent, convolution and restricted double
+    b1 = bars()
+    assert b1["self_attention"] == 4 * b0["self_attention"]
+    assert all(b1[k] == 2 * b0[k] for k in ("recurrent", "convolutional", "restricted"))
+    ds.value = 1024  # d^2 for recurrent and convolution, d for the attention rows
+    b2 = bars()
+    assert b2["recurrent"] == 4 * b1["recurrent"] and b2["convolutional"] == 4 * b1["convolutional"]
+    assert b2["self_attention"] == 2 * b1["self_attention"] and b2["restricted"] == 2 * b1["restricted"]
+    ks.value = 6  # from 3: only the convolution doubles
+    b3 = bars()
+    assert b3["convolutional"] == 2 * b2["convolutional"] and b3["self_attention"] == b2["self_attention"]
+    rs.value = 32  # from 16: only restricted attention doubles
+    b4 = bars()
+    assert b4["restricted"] == 2 * b3["restricted"] and b4["recurrent"] == b3["recurrent"]

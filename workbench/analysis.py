@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from .capture import AttentionCache, capture_attention
+from .complexity import ceil_log
 from .decode import beam_search, greedy_decode
 from .errors import InputTextError
 
@@ -489,12 +490,8 @@ def causal_dilated_path_length(n: int, k: int = 3, d: int = 2, max_layers: int =
 
 
 def log_k_ceil(n: int, k: int) -> int:
-    """Smallest L with k**L >= n, in exact integer arithmetic (math.log can be off by one at powers of k)."""
-    L, reach = 0, 1
-    while reach < n:
-        reach *= k
-        L += 1
-    return L
+    """Smallest L with k**L >= n, in exact integer arithmetic (see :func:`workbench.complexity.ceil_log`)."""
+    return ceil_log(n, k)
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:

@@ -224,8 +224,8 @@ class MultiHeadAttention(nn.Module):
                                 extra = causal_mask(q.shape[-2], k.shape[-2], offset=offset, device=q.device)
                                 mask = extra if mask is None else mask & extra
                             is_causal = False  # a single new query may see every cached key
-        if self.hook_q._forward_hooks:
-            q, k, v = tap(self.hook_q, q), tap(self.hook_k, k), tap(self.hook_v, v)
+        # each point tapped on its own: a hook on hook_k or hook_v alone must fire too
+        q, k, v = tap(self.hook_q, q), tap(self.hook_k, k), tap(self.hook_v, v)
         out, weights = scaled_dot_product_attention(
             q,
             k,
@@ -237,8 +237,7 @@ class MultiHeadAttention(nn.Module):
             scores_hook=self.hook_scores,
             pattern_hook=self.hook_pattern,
         )
-        if self.hook_z._forward_hooks:
-            out = self.hook_z(out)  # per-head outputs: head gating and ablation hook in here
+        out = tap(self.hook_z, out)  # per-head outputs: head gating and ablation hook in here
         B, H, Tq, Dh = out.shape
         out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H * d_head)
         return self.out_proj(out), weights

@@ -30,12 +30,17 @@ class HookPoint(nn.Identity):
     """An identity module whose only purpose is to carry forward hooks (TransformerLens style)."""
 
     def active(self) -> bool:
-        return bool(self._forward_hooks)
+        """Does anything listen here (a forward hook or a forward pre-hook)? The one test used everywhere."""
+        return bool(self._forward_hooks) or bool(self._forward_pre_hooks)
+
+    def n_hooks(self) -> int:
+        """How many forward hooks and pre-hooks are registered on this point."""
+        return len(self._forward_hooks) + len(self._forward_pre_hooks)
 
 
 def tap(hook: HookPoint, x: Tensor) -> Tensor:
     """Pass ``x`` through ``hook`` only when something listens (keeps the inactive path free)."""
-    return hook(x) if hook._forward_hooks else x
+    return hook(x) if hook.active() else x
 
 
 class AttentionCache:
@@ -185,5 +190,5 @@ def capture_attention(
 
 
 def hooks_remaining(model: nn.Module) -> int:
-    """Number of forward hooks still registered on the model's hook points (0 outside any capture)."""
-    return sum(len(m._forward_hooks) for m in model.modules() if isinstance(m, HookPoint))
+    """Number of forward hooks and pre-hooks still registered on the model's hook points (0 outside any capture)."""
+    return sum(m.n_hooks() for m in model.modules() if isinstance(m, HookPoint))

@@ -14,9 +14,9 @@ import random
 import re
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,63 @@ FORMAT = "attention-workbench/1"
 
 def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", getattr(model, "_orig_mod", model))
+
+
+def _umask() -> int:
+    """The process's file-creation mask, read without changing it (Linux ``/proc``), else the usual 0o022."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable; file systems that cannot fsync a folder (Windows) are skipped."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Write a file so that ``path`` holds either its previous content or the complete new one, even after a
+    crash or a power loss. Every file the workbench writes goes through here.
+
+    ``write(f)`` fills a temporary file in the same folder; it is flushed and fsynced, renamed over ``path``
+    (``os.replace``: atomic within one file system), then the folder is fsynced so that the rename itself is on
+    disk. The file gets the usual permissions (0o666 minus the umask), not the temporary file's 0o600.
+    On any error the temporary file is removed, ``path`` is untouched, and the error propagates.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    """:func:`atomic_write` for text (JSON summaries, histories, tokenizers)."""
+    data = text.encode(encoding)
+    return atomic_write(path, lambda f: f.write(data))
 
 
 def rng_state() -> dict[str, Any]:
@@ -64,7 +121,8 @@ def save_checkpoint(
     train_cfg: Any = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically: a temporary file in the same folder, fsync, then rename.
+    """Write a checkpoint atomically (:func:`atomic_write`: a temporary file in the same folder, fsync, rename,
+    fsync of the folder).
 
     If anything fails (out of disk space...), the temporary file is removed, the previous checkpoint under
     ``path`` is left as it was, and :class:`CheckpointError` says what happened.
@@ -91,15 +149,9 @@ def save_checkpoint(
         "train_cfg": dataclasses.asdict(train_cfg) if dataclasses.is_dataclass(train_cfg) else train_cfg,
         "extra": extra or {},
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: torch.save(state, f))
     except (OSError, RuntimeError) as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise CheckpointError(
             f"could not save checkpoint {path} ({exc}); the previous file there, if any, is intact. "
             "Free disk space or choose another --out folder, then resume."
@@ -179,20 +231,28 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn
     return model.to(device).eval(), tokenizer, state
 
 
-def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the model weights of several checkpoints of one run."""
+def _average(paths: Sequence[str | Path]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Mean model weights of ``paths`` (each file read once) and the last checkpoint's full state."""
     if not paths:
         raise CheckpointError("no checkpoints to average: train for a few epochs first")
-    avg: dict[str, torch.Tensor] = {}
+    total: dict[str, torch.Tensor] = {}
+    state: dict[str, Any] = {}
     for p in paths:
-        sd = load_checkpoint(p)["model"]
-        if avg and set(sd) != set(avg):
+        state = load_checkpoint(p)
+        sd = state["model"]
+        if total and set(sd) != set(total):
             raise CheckpointError(f"{p} has other tensors than the first checkpoint: average checkpoints of one run only")
         for k, v in sd.items():
-            if k in avg and avg[k].shape != v.shape:
+            if k in total and total[k].shape != v.shape:
                 raise CheckpointError(f"{p}: tensor {k} differs in shape from the first checkpoint")
-            avg[k] = avg[k] + v.double() if k in avg else v.double().clone()
-    return {k: (v / len(paths)).to(load_checkpoint(paths[-1])["model"][k].dtype) for k, v in avg.items()}
+            total[k] = total[k] + v.double() if k in total else v.double().clone()  # sum in float64
+    last = state["model"]
+    return {k: (v / len(paths)).to(last[k].dtype) for k, v in total.items()}, state
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of several checkpoints of one run (in the last one's dtypes)."""
+    return _average(paths)[0]
 
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -209,18 +269,15 @@ def average_last(run_dir: str | Path, last: int = 5, out: str | Path | None = No
     paths = step_checkpoints(run_dir)[-last:]
     if not paths:
         raise CheckpointError(f"no ckpt_stepNNNNNNN.pt files in {run_dir}: train with --out {run_dir} first")
-    state = load_checkpoint(paths[-1])
-    state["model"] = average_checkpoints(paths)
+    averaged, state = _average(paths)  # state: the newest checkpoint, read once
+    state["model"] = averaged
     state["optimizer"] = state["scheduler"] = None
     state["extra"] = {**state.get("extra", {}), "averaged": [p.name for p in paths]}
     out = Path(out) if out is not None else run_dir / "averaged.pt"
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(tmp, out)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise CheckpointError(f"could not write {out} ({exc}): free disk space or choose another --out") from exc
+        atomic_write(out, lambda f: torch.save(state, f))
+    except (OSError, RuntimeError) as exc:
+        raise CheckpointError(f"could not write {out} ({exc}); the previous file there, if any, is intact: free "
+                              "disk space or choose another --out") from exc
     log.info("averaged %s into %s", [p.name for p in paths], out)
     return out

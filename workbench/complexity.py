@@ -16,7 +16,6 @@ k * d * d multiply-adds per position. (Study notes sometimes print O(k n d), whi
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -46,16 +45,37 @@ def layer_macs(kind: str, n: int, d: int, k: int = 3, r: int = 8) -> int:
     raise ValueError(f"unknown layer kind {kind!r}: choose one of {KINDS}")
 
 
+def ceil_log(n: int, k: int) -> int:
+    """Smallest L >= 0 with k**L >= n, counted in integers.
+
+    ``math.ceil(math.log(n, k))`` is one too many at some exact powers of k (``math.log(125, 5)`` is
+    3.0000000000000004), so multiply instead.
+    """
+    if k < 2:
+        raise ValueError(f"a logarithm needs base k >= 2, got k={k}: use a kernel width of at least 2")
+    layers, reach = 0, 1
+    while reach < n:
+        reach *= k
+        layers += 1
+    return layers
+
+
 def analytic_path_length(kind: str, n: int, k: int = 3, r: int = 8, dilated: bool = False) -> int:
-    """Layers needed before output position n-1 depends on input position 0 (the table's last column)."""
+    """Layers needed before output position n-1 depends on input position 0 (the table's last column).
+
+    ``dilated=True`` for the convolutional row: causal convolutions with dilations 1, k, k², ... (WaveNet,
+    ByteNet), whose receptive field after L layers is k**L positions, so ceil(log_k n) layers.
+    """
+    if kind == "convolutional" and dilated and k < 2:
+        raise ValueError(f"a dilated convolution needs a kernel width k >= 2, got k={k}")
     if n <= 1 or kind in ("self_attention", "recurrent"):
         return 1  # recurrent: one layer, but through n sequential steps (see sequential_ops)
     # our layers use centred neighbourhoods: a kernel of width k (or a window of r keys) reaches (k-1)/2 (r/2)
     # positions to each side, so one layer moves information that far
     if kind == "convolutional":
-        return math.ceil(math.log(n, k)) if dilated else math.ceil((n - 1) / ((k - 1) // 2))
+        return ceil_log(n, k) if dilated else -(-(n - 1) // ((k - 1) // 2))  # integer ceiling division
     if kind == "restricted":
-        return math.ceil((n - 1) / (r // 2))
+        return -(-(n - 1) // (r // 2))
     raise ValueError(f"unknown layer kind {kind!r}: choose one of {KINDS}")
 
 
@@ -148,11 +168,17 @@ def make_layer(kind: str, d: int, k: int = 3, r: int = 8) -> nn.Module:
 
 @torch.no_grad()
 def measure_layer(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int = 1, repeats: int = 5) -> dict[str, float]:
-    """Median forward time of one layer, and the bytes of its largest intermediate (analytic, from shapes).
+    """Median forward time of one layer, and the peak bytes of the tensors its forward allocates (measured by
+    :func:`workbench.analysis.peak_tensor_bytes`, which intercepts every operation; input and weights excluded).
 
-    Memory: the n x n weight matrix dominates attention (batch * n * n * 4 bytes); the others keep
-    O(n d) activations. This is what a profiler would report as the peak extra allocation on the CPU.
+    What the memory shows: the convolution keeps its (B, n, d) output; the recurrent layer its projected inputs,
+    n hidden states and their stack, 3 (B, n, d); self-attention through the fused kernel only O(n d) (the CPU
+    flash kernel never materialises the n x n weights), while the restricted layer, written here as full
+    attention under a band mask, builds n x n masks. :func:`workbench.analysis.measure_table1` measures the
+    explicit and windowed layers instead, whose memory follows Table 1.
     """
+    from .analysis import peak_tensor_bytes  # analysis imports this module
+
     layer = make_layer(kind, d, k, r).eval()
     x = torch.randn(batch, n, d)
     layer(x)  # warm-up
@@ -161,8 +187,8 @@ def measure_layer(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int 
         t0 = time.perf_counter()
         layer(x)
         times.append(time.perf_counter() - t0)
-    largest = batch * n * n * 4 if kind in ("self_attention", "restricted") else batch * n * d * 4
-    return {"time_s": statistics.median(times), "memory_bytes": float(largest), "steps": float(getattr(layer, "steps", 1) or 1)}
+    memory = peak_tensor_bytes(lambda: layer(x), x, layer)
+    return {"time_s": statistics.median(times), "memory_bytes": float(memory), "steps": float(getattr(layer, "steps", 1) or 1)}
 
 
 def fit_loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from .attention import KVCache, MultiHeadAttention
 from .capture import HookPoint, tap
 from .config import ModelConfig
+from .errors import ConfigError
 from .masks import padding_mask
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
@@ -161,9 +162,10 @@ class Transformer(nn.Module):
         self.tgt_embed = Embedding(tgt_vocab_size, cfg, pad_id)
         if cfg.tie_src_tgt:
             if src_vocab_size != tgt_vocab_size:
-                raise ValueError(
-                    f"tie_src_tgt=True needs one joint vocabulary, got src_vocab_size={src_vocab_size} and "
-                    f"tgt_vocab_size={tgt_vocab_size}: train a joint tokenizer or set tie_src_tgt=False"
+                raise ConfigError(
+                    f"tie_src_tgt=True (as in the paper presets base and big) needs one joint vocabulary, got "
+                    f"src_vocab_size={src_vocab_size} and tgt_vocab_size={tgt_vocab_size}: train a joint tokenizer "
+                    "or set tie_src_tgt=False"
                 )
             self.src_embed = Embedding(src_vocab_size, cfg, pad_id)
             self.src_embed.tokens = self.tgt_embed.tokens

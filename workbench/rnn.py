@@ -62,15 +62,23 @@ class DotProductAttention(nn.Module):
 
     def forward(self, states: Tensor, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Shapes: states (B, T, D), memory (B, S, D), mask (B, S) -> context (B, T, D), weights (B, T, S)."""
-        scores = states @ memory.transpose(1, 2)  # (B, T, S): e_i = s_t . h_i
-        if self.hook_scores._forward_hooks:
+        # one "head": queries are the decoder states, keys and values the encoder states
+        if self.hook_q.active():
+            states = tap(self.hook_q, states.unsqueeze(1)).squeeze(1)  # (B, 1, T, D) -> (B, T, D)
+        keys, values = memory, memory
+        if self.hook_k.active():
+            keys = tap(self.hook_k, memory.unsqueeze(1)).squeeze(1)  # (B, 1, S, D) -> (B, S, D)
+        if self.hook_v.active():
+            values = tap(self.hook_v, memory.unsqueeze(1)).squeeze(1)  # (B, 1, S, D) -> (B, S, D)
+        scores = states @ keys.transpose(1, 2)  # (B, T, S): e_i = s_t . h_i
+        if self.hook_scores.active():
             scores = tap(self.hook_scores, scores.unsqueeze(1)).squeeze(1)
         scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         weights = weights.masked_fill(~mask.any(-1)[:, None, None], 0.0)  # empty source: zeros, not NaN
-        if self.hook_pattern._forward_hooks:
+        if self.hook_pattern.active():
             tap(self.hook_pattern, weights.unsqueeze(1))  # (B, 1, T, S): one "head"
-        return weights @ memory, weights  # (B, T, D)
+        return weights @ values, weights  # (B, T, D)
 
 
 @dataclass

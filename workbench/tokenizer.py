@@ -29,6 +29,7 @@ from typing import Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from .checkpoint import atomic_write_text
 from .errors import CheckpointError, ConfigError, InputTextError
 
 SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
@@ -99,8 +100,8 @@ class _Vocab:
         return ["<bos>", *self._tokens(text, "tgt"), "<eos>"]
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to a UTF-8 file."""
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        """Write :meth:`to_json` to a UTF-8 file, atomically (:func:`workbench.checkpoint.atomic_write`)."""
+        atomic_write_text(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> SubwordTokenizer | WordTokenizer:
