@@ -1,14 +1,21 @@
-"""Table 1: analytic counts, measured path lengths, slope fitting."""
+"""Table 1: analytic counts, the measured layers (restricted attention on windows), measured path lengths,
+slope fitting."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import torch
 
 from workbench.complexity import (
     KINDS,
+    RestrictedSelfAttention,
     analytic_path_length,
     fit_loglog_slope,
     layer_macs,
+    log_k_ceil,
+    make_layer,
     measure_layer,
     measured_path_length,
     sequential_ops,
@@ -46,5 +53,34 @@ def test_slope_fit_recovers_power_law():
 def test_measure_returns_positive_numbers_and_counts_steps():
     for kind in KINDS:
         res = measure_layer(kind, 16, 8, repeats=2)
-        assert res["time_s"] > 0 and res["memory_bytes"] > 0
+        assert res["seconds"] > 0 and res["memory_bytes"] > 0
     assert measure_layer("recurrent", 16, 8, repeats=1)["steps"] == 16
+
+
+def test_restricted_attention_equals_banded_full_attention():
+    x = torch.randn(2, 11, 8)
+    i = torch.arange(11)
+    band = (i[None] - i[:, None]).abs() <= 2
+    ref = torch.softmax((x @ x.transpose(1, 2) / math.sqrt(8)).masked_fill(~band, float("-inf")), -1) @ x
+    assert torch.allclose(RestrictedSelfAttention(4)(x), ref, atol=1e-5)
+    assert isinstance(make_layer("restricted", 8, r=4), RestrictedSelfAttention)
+    with pytest.raises(ValueError, match="even"):
+        RestrictedSelfAttention(3)
+
+
+def test_measure_layer_flops_memory_and_steps():
+    att = [measure_layer("self_attention", n, 16, repeats=1) for n in (16, 32)]
+    rnn = [measure_layer("recurrent", n, 16, repeats=1) for n in (16, 32)]
+    assert att[1]["flops"] == 4 * att[0]["flops"] and rnn[1]["flops"] == 2 * rnn[0]["flops"]
+    assert att[0]["flops"] == rnn[0]["flops"]  # n = d: 4 n² d = 4 n d²
+    assert att[1]["memory_bytes"] == pytest.approx(4 * att[0]["memory_bytes"], rel=0.2)
+    assert [m["steps"] for m in rnn] == [16.0, 32.0] and att[0]["steps"] == 1.0
+    restricted = [measure_layer("restricted", n, 16, r=4, repeats=1) for n in (16, 32)]
+    assert restricted[1]["flops"] == 2 * restricted[0]["flops"]  # O(r·n·d): linear in n, not a banded n² product
+
+
+@pytest.mark.parametrize("n,k", [(2, 3), (9, 3), (10, 3), (27, 3), (28, 3), (125, 5), (126, 5), (16, 2)])
+def test_dilated_path_length_is_ceil_log_k(n, k):
+    assert log_k_ceil(n, k) == math.ceil(round(math.log(n, k), 9))
+    assert analytic_path_length("convolutional", n, k=k, dilated=True) == log_k_ceil(n, k)
+    assert measured_path_length("convolutional", n, k=k, dilated=True) == log_k_ceil(n, k)
