@@ -63,7 +63,8 @@ wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench import analysis
+from workbench.scores import additive_scores, dot_scores, scaling_study, score_cost
+from workbench.measure import counted_flops, median_seconds
 np.set_printoptions(precision=2, suppress=True)
 gen = torch.Generator().manual_seed(SEED)
 
@@ -138,7 +139,7 @@ metrics["padding_weight_max"] = float(w_explicit[1, ..., -2:].abs().max())
 # Jacobian.
 
 # %%
-study = analysis.scaling_study(d_ks, n_pairs=pairs, n_keys=N_KEYS, generator=gen)
+study = scaling_study(d_ks, n_pairs=pairs, n_keys=N_KEYS, generator=gen)
 fit = wb.complexity.fit_loglog_slope(d_ks, study["var_dot"])
 figures.loglog_figure(d_ks, {"Var(q·k)": study["var_dot"], "Var(q·k/√d_k)": study["var_scaled"]},
                       fits={"Var(q·k)": fit}, xlabel="d_k", ylabel="variance",
@@ -181,12 +182,12 @@ timings = {"additive": [], "dot-product": []}
 for T in seq_lens:
     q_, k_ = torch.randn(batch, T, d_hidden, generator=gen), torch.randn(batch, T, d_hidden, generator=gen)
     w_q_, w_k_, v_ = torch.randn(d_hidden, d_hidden, generator=gen), torch.randn(d_hidden, d_hidden, generator=gen), torch.randn(d_hidden, generator=gen)
-    timings["additive"].append(analysis.median_seconds(lambda: analysis.additive_scores(q_, k_, w_q_, w_k_, v_), repeats))
-    timings["dot-product"].append(analysis.median_seconds(lambda: analysis.dot_scores(q_, k_), repeats))
-cost_add = analysis.score_cost("additive", batch, T, T, d_hidden)
-cost_dot = analysis.score_cost("dot", batch, T, T, d_hidden)
-counted_dot = analysis.counted_flops(lambda: analysis.dot_scores(q_, k_))
-counted_add = analysis.counted_flops(lambda: analysis.additive_scores(q_, k_, w_q_, w_k_, v_))
+    timings["additive"].append(median_seconds(lambda: additive_scores(q_, k_, w_q_, w_k_, v_), repeats))
+    timings["dot-product"].append(median_seconds(lambda: dot_scores(q_, k_), repeats))
+cost_add = score_cost("additive", batch, T, T, d_hidden)
+cost_dot = score_cost("dot", batch, T, T, d_hidden)
+counted_dot = counted_flops(lambda: dot_scores(q_, k_))
+counted_add = counted_flops(lambda: additive_scores(q_, k_, w_q_, w_k_, v_))
 figures.loglog_figure(seq_lens, timings, xlabel="sequence length T", ylabel="seconds (median)",
                       title=f"score matrix for batch {batch}, d = {d_hidden}").show()
 figures.bar_figure(["additive", "dot-product"], [cost_add["flops"], cost_dot["flops"]], ylabel="FLOPs",

@@ -57,8 +57,7 @@ wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench import analysis
-from workbench.positional import sinusoidal_table, distance_matrix, rotation_matrix, expected_norm
+from workbench.positional import sinusoidal_table, distance_matrix, rotation_matrix, expected_norm, offset_profile, offset_spread
 table = sinusoidal_table(long_table, D_MODEL)                     # (positions, D_MODEL)
 shown = min(D_MODEL, 128)
 figures.positional_heatmap(table[:HEATMAP_POSITIONS, :shown],
@@ -89,8 +88,8 @@ figures.distance_matrix_figure(dist, annotate=True, title=f"L2 distance between 
 # %%
 norms = table.norm(dim=-1)
 full_dist = distance_matrix(table)
-profile = analysis.offset_profile(full_dist, MAX_OFFSET)
-spread = analysis.offset_spread(full_dist, MAX_OFFSET)
+profile = offset_profile(full_dist, MAX_OFFSET)
+spread = offset_spread(full_dist, MAX_OFFSET)
 mean = profile["mean"]
 grows_until = next((k for k in range(1, len(mean)) if mean[k] <= mean[k - 1]), len(mean))
 rank_corr = float(np.corrcoef(np.argsort(np.argsort(profile["offset"])), np.argsort(np.argsort(mean)))[0, 1])
@@ -165,18 +164,18 @@ d_learned, d_sinus = distance_matrix(learned), distance_matrix(sinus)
 for name, d in (("sinusoidal", d_sinus), ("learned", d_learned)):
     figures.distance_matrix_figure(d / d.mean(), annotate=False,
                                    title=f"{name}: distance between position vectors / mean distance").show()
-prof_l = analysis.offset_profile(d_learned, n_pos - 1)
-prof_s = analysis.offset_profile(d_sinus, n_pos - 1)
+prof_l = offset_profile(d_learned, n_pos - 1)
+prof_s = offset_profile(d_sinus, n_pos - 1)
 figures.line_figure(prof_s["offset"], {"sinusoidal": np.array(prof_s["mean"]) / np.mean(prof_s["mean"]),
                                        "learned (mean over pairs)": np.array(prof_l["mean"]) / np.mean(prof_l["mean"])},
                     xlabel="offset k", ylabel="distance / mean", title="distance by offset").show()
 learned_corr = float(np.corrcoef(prof_l["offset"], prof_l["mean"])[0, 1])
-rel_spread = analysis.offset_spread(d_learned) / float(d_learned.mean())
+rel_spread = offset_spread(d_learned) / float(d_learned.mean())
 learned_norms = learned.norm(dim=-1)
 print(f"learned table: correlation of distance with offset {learned_corr:.3f}; spread at a fixed offset / mean distance {rel_spread:.3f}")
 print(f"learned row norms range over [{float(learned_norms.min()):.2f}, {float(learned_norms.max()):.2f}] (sinusoidal: all {expected_norm(MODEL_D):.2f})")
 metrics.update(learned_offset_correlation=learned_corr, learned_relative_offset_spread=rel_spread,
-               sinusoidal_relative_offset_spread=analysis.offset_spread(d_sinus) / float(d_sinus.mean()),
+               sinusoidal_relative_offset_spread=offset_spread(d_sinus) / float(d_sinus.mean()),
                learned_norm_range=float(learned_norms.max() - learned_norms.min()),
                learned_val_loss=histories["learned"].val_loss[-1], sinusoidal_val_loss=histories["sinusoidal"].val_loss[-1],
                untrained_val_loss_learned=untrained_loss["learned"])

@@ -56,8 +56,9 @@ metrics = {}
 
 # %%
 from IPython.display import Markdown, display
-from workbench import analysis
-from workbench.masks import padding_mask, causal_mask, attention_mask
+from workbench.figures import markdown_table
+from workbench.masks import padding_mask, causal_mask, attention_mask, future_leak_check, decoder_dependency, incremental_logits
+from workbench.measure import median_seconds
 from workbench.batching import make_batch
 from workbench.tokenizer import WordTokenizer
 pairs = [(SOURCE, TARGET), (SHORT_SOURCE, SHORT_TARGET)]
@@ -125,7 +126,7 @@ metrics.update(future_weights_exactly_zero=bool((w.triu(1) == 0).all()), rows_su
 n_real = int(tgt_pad[0].sum())
 rows = [{"position": t, "decoder sees": " ".join(tin_tok[0][: t + 1]), "input token": tin_tok[0][t], "label": tout_tok[0][t]}
         for t in range(n_real)]
-display(Markdown(analysis.markdown_table(rows)))
+display(Markdown(markdown_table(rows)))
 metrics["shift_ok"] = (batch.tgt_in[0, 1:n_real].tolist() == batch.tgt_out[0, : n_real - 1].tolist()
                        and tin_tok[0][0] == "<bos>" and tout_tok[0][n_real - 1] == "<eos>")
 
@@ -140,11 +141,11 @@ metrics["shift_ok"] = (batch.tgt_in[0, 1:n_real].tolist() == batch.tgt_out[0, : 
 
 # %%
 model = wb.build_model(wb.preset(preset_name, dropout=0.0), tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id).eval()
-leak = analysis.future_leak_check(model, batch.src, batch.tgt_in, LEAK_POSITION, generator=torch.Generator().manual_seed(SEED))
+leak = future_leak_check(model, batch.src, batch.tgt_in, LEAK_POSITION, generator=torch.Generator().manual_seed(SEED))
 print("changed decoder input:", [tok.id_to_token(i) for i in leak["tgt_changed"][0].tolist()])
 print(f"positions 0..{LEAK_POSITION}: identical = {leak['past_identical']} (max diff {leak['past_max_diff']:.1e}); "
       f"later positions: max diff {leak['future_max_diff']:.2f}")
-dep = analysis.decoder_dependency(model, batch.src[:1], batch.tgt_in[:1])          # (T, T)
+dep = decoder_dependency(model, batch.src[:1], batch.tgt_in[:1])          # (T, T)
 figures.attention_heatmap(dep / dep.max(), tin_tok[0], tin_tok[0], title="dependence of output t (row) on input s (column)").show()
 metrics.update(no_leak=leak["past_identical"], past_max_diff=leak["past_max_diff"], future_changes=leak["future_max_diff"] > 0,
                dependency_upper_max=float(dep.triu(1).abs().max()), dependency_lower_min=float(dep.tril().diagonal().min()))
@@ -161,15 +162,15 @@ metrics.update(no_leak=leak["past_identical"], past_max_diff=leak["past_max_diff
 # %%
 with torch.no_grad():
     full = model(batch.src, batch.tgt_in)                                         # (B, T, V) in one pass
-steps, cache = analysis.incremental_logits(model, batch.src, batch.tgt_in)         # (B, T, V) one token at a time
+steps, cache = incremental_logits(model, batch.src, batch.tgt_in)         # (B, T, V) one token at a time
 cache_diff = float((steps - full).abs().max())
 layer0 = cache.layers[0]
 print(f"max |step-by-step - full| = {cache_diff:.1e}; cache holds {cache.length} tokens: self-attention keys "
       f"{tuple(layer0.self_attn.k.shape)}, cross-attention keys {tuple(layer0.cross_attn.k.shape)}")
 g_cache = wb.decode.greedy_decode(model, batch.src, bos_id=tok.bos_id, eos_id=tok.eos_id, max_extra=MAX_EXTRA, use_cache=True)
 g_plain = wb.decode.greedy_decode(model, batch.src, bos_id=tok.bos_id, eos_id=tok.eos_id, max_extra=MAX_EXTRA, use_cache=False)
-t_cache = analysis.median_seconds(lambda: wb.decode.greedy_decode(model, batch.src, max_extra=MAX_EXTRA, use_cache=True), 3)
-t_plain = analysis.median_seconds(lambda: wb.decode.greedy_decode(model, batch.src, max_extra=MAX_EXTRA, use_cache=False), 3)
+t_cache = median_seconds(lambda: wb.decode.greedy_decode(model, batch.src, max_extra=MAX_EXTRA, use_cache=True), 3)
+t_plain = median_seconds(lambda: wb.decode.greedy_decode(model, batch.src, max_extra=MAX_EXTRA, use_cache=False), 3)
 print(f"greedy outputs identical: {torch.equal(g_cache, g_plain)} ({g_cache.shape[1]} steps); "
       f"time with cache {t_cache*1e3:.1f} ms, without {t_plain*1e3:.1f} ms (untrained model, so the output is gibberish)")
 metrics.update(cache_max_diff=cache_diff, cache_length=cache.length, cache_same_greedy_output=bool(torch.equal(g_cache, g_plain)),

@@ -44,7 +44,8 @@ from workbench.shipped import load_any
 from workbench.data import load_multi30k
 from workbench.batching import make_batch, token_batches
 from workbench.heads import head_entropy, head_confidence, positional_score, head_importance, prune_order, mask_heads
-from workbench.analysis import inspect_translation, to_bertviz, ibm1, ibm1_align, word_spans, word_attention, alignment_agreement
+from workbench.inspection import inspect_translation, to_bertviz
+from workbench.align import ibm1, ibm1_align, word_spans, word_attention, alignment_agreement
 from workbench.decode import translate
 from workbench.metrics import corpus_bleu
 # the translator that ships with the workbench (trained by its own recipe; see its card), or yours

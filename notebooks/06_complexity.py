@@ -62,8 +62,8 @@ metrics = {}
 
 # %%
 from IPython.display import Markdown, display
-from workbench import analysis
-from workbench.complexity import KINDS, table1, analytic_path_length, measured_path_length, fit_loglog_slope
+from workbench.figures import markdown_table
+from workbench.complexity import KINDS, table1, analytic_path_length, measured_path_length, measure_layer, fit_loglog_slope
 NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolutional": "convolutional",
          "restricted": "self-attention (restricted)"}
 
@@ -82,7 +82,7 @@ NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolut
 
 # %%
 rows = table1(N, D, KERNEL, R)
-display(Markdown(analysis.markdown_table(
+display(Markdown(markdown_table(
     [{"layer": NAMES[r["layer"]], "complexity per layer": r["complexity"], "sequential operations": r["sequential"],
       "maximum path length": r["max_path"], f"multiply-adds (n={N}, d={D})": f"{r['macs']:,}",
       "sequential steps": r["sequential_ops"], "path (layers)": r["path_layers"]} for r in rows])))
@@ -101,8 +101,8 @@ metrics.update(table_conv_over_recurrent=macs["convolutional"] / macs["recurrent
 # exponents of Table 1.
 
 # %%
-sweep_n = {kind: [analysis.measure_table1(kind, n, d_fixed, KERNEL, R, repeats=repeats) for n in n_values] for kind in KINDS}
-sweep_d = {kind: [analysis.measure_table1(kind, n_fixed, d, KERNEL, R, repeats=repeats) for d in d_values] for kind in KINDS}
+sweep_n = {kind: [measure_layer(kind, n, d_fixed, KERNEL, R, repeats=repeats) for n in n_values] for kind in KINDS}
+sweep_d = {kind: [measure_layer(kind, n_fixed, d, KERNEL, R, repeats=repeats) for d in d_values] for kind in KINDS}
 def series(sweep, key):
     return {NAMES[k]: [m[key] for m in v] for k, v in sweep.items()}
 def slopes(xs, ys_by_name, tail=None):
@@ -116,8 +116,8 @@ figures.loglog_figure(d_values, flops_d, fits=fit_fd, xlabel="d (width)", ylabel
                       title=f"counted FLOPs against d (n = {n_fixed})").show()
 expected_n = {"self-attention": 2, "recurrent": 1, "convolutional": 1, "self-attention (restricted)": 1}
 expected_d = {"self-attention": 1, "recurrent": 2, "convolutional": 2, "self-attention (restricted)": 1}
-display(Markdown(analysis.markdown_table([{"layer": name, "slope in n": round(fit_fn[name][0], 3), "Table 1 (n)": expected_n[name],
-                                           "slope in d": round(fit_fd[name][0], 3), "Table 1 (d)": expected_d[name]} for name in expected_n])))
+display(Markdown(markdown_table([{"layer": name, "slope in n": round(fit_fn[name][0], 3), "Table 1 (n)": expected_n[name],
+                                  "slope in d": round(fit_fd[name][0], 3), "Table 1 (d)": expected_d[name]} for name in expected_n])))
 conv_per_knd2 = [m["flops"] / (KERNEL * n_fixed * d * d) for m, d in zip(sweep_d["convolutional"], d_values)]
 print("convolution FLOPs / (k·n·d²) across d:", [round(c, 3) for c in conv_per_knd2], "(constant: the cost has d², not d)")
 metrics.update({f"flops_slope_n_{k}": fit_fn[NAMES[k]][0] for k in KINDS})
@@ -140,9 +140,9 @@ fit_tn, fit_td, fit_mn = slopes(n_values, time_n, half), slopes(d_values, time_d
 figures.loglog_figure(n_values, time_n, fits=fit_tn, xlabel="n", ylabel="seconds", title=f"time against n (d = {d_fixed})").show()
 figures.loglog_figure(d_values, time_d, fits=fit_td, xlabel="d", ylabel="seconds", title=f"time against d (n = {n_fixed})").show()
 figures.loglog_figure(n_values, mem_n, fits=fit_mn, xlabel="n", ylabel="peak bytes", title=f"peak activation memory against n (d = {d_fixed})").show()
-display(Markdown(analysis.markdown_table([{"layer": NAMES[k], "time slope in n": round(fit_tn[NAMES[k]][0], 2),
-                                           "time slope in d": round(fit_td[NAMES[k]][0], 2),
-                                           "memory slope in n": round(fit_mn[NAMES[k]][0], 2)} for k in KINDS])))
+display(Markdown(markdown_table([{"layer": NAMES[k], "time slope in n": round(fit_tn[NAMES[k]][0], 2),
+                                  "time slope in d": round(fit_td[NAMES[k]][0], 2),
+                                  "memory slope in n": round(fit_mn[NAMES[k]][0], 2)} for k in KINDS])))
 metrics.update({f"time_slope_n_{k}": fit_tn[NAMES[k]][0] for k in KINDS})
 metrics.update({f"time_slope_d_{k}": fit_td[NAMES[k]][0] for k in KINDS})
 metrics.update({f"memory_slope_n_{k}": fit_mn[NAMES[k]][0] for k in KINDS})
@@ -161,8 +161,8 @@ metrics.update({f"memory_slope_n_{k}": fit_mn[NAMES[k]][0] for k in KINDS})
 # %%
 d_cross = d_fixed
 ns_cross = [d_cross // 4, d_cross // 2, d_cross, 2 * d_cross, 4 * d_cross]
-att_f = [analysis.measure_table1("self_attention", n, d_cross, repeats=1)["flops"] for n in ns_cross]
-rnn_f = [analysis.measure_table1("recurrent", n, d_cross, repeats=1)["flops"] for n in ns_cross]
+att_f = [measure_layer("self_attention", n, d_cross, repeats=1)["flops"] for n in ns_cross]
+rnn_f = [measure_layer("recurrent", n, d_cross, repeats=1)["flops"] for n in ns_cross]
 ratio = [a / r for a, r in zip(att_f, rnn_f)]
 figures.line_figure(ns_cross, {"self-attention / recurrent FLOPs": ratio}, xlabel="n", log_x=True, log_y=True,
                     title=f"FLOP ratio against n for d = {d_cross}: 1 at n = d").show()
@@ -219,14 +219,14 @@ for n in path_ns:
     expected[f"restricted (r={r_path})"].append(analytic_path_length("restricted", n, r=r_path))
     paths[f"convolution (k={KERNEL})"].append(measured_path_length("convolutional", n, k=KERNEL))
     expected[f"convolution (k={KERNEL})"].append(analytic_path_length("convolutional", n, k=KERNEL))
-    paths[f"dilated convolution (k={KERNEL})"].append(analysis.causal_dilated_path_length(n, KERNEL))
-    expected[f"dilated convolution (k={KERNEL})"].append(analysis.log_k_ceil(n, KERNEL))
-    paths["recurrent (steps)"].append(int(analysis.measure_table1("recurrent", n, 4, repeats=1)["steps"]))
+    paths[f"dilated convolution (k={KERNEL})"].append(measured_path_length("convolutional", n, k=KERNEL, dilated=True))
+    expected[f"dilated convolution (k={KERNEL})"].append(analytic_path_length("convolutional", n, k=KERNEL, dilated=True))
+    paths["recurrent (steps)"].append(int(measure_layer("recurrent", n, 4, repeats=1)["steps"]))
     expected["recurrent (steps)"].append(n)
 figures.line_figure(path_ns, paths, xlabel="n", ylabel="layers (recurrent: steps)", log_x=True, log_y=True,
                     title="maximum path length from position 0 to position n-1").show()
-display(Markdown(analysis.markdown_table([{"n": n, **{name: f"{paths[name][i]} (expected {expected[name][i]})" for name in paths}}
-                                          for i, n in enumerate(path_ns)])))
+display(Markdown(markdown_table([{"n": n, **{name: f"{paths[name][i]} (expected {expected[name][i]})" for name in paths}}
+                                 for i, n in enumerate(path_ns)])))
 metrics["path_lengths"] = {name: {"n": path_ns, "measured": paths[name], "expected": expected[name]} for name in paths}
 metrics["path_lengths_match"] = all(paths[name] == expected[name] for name in paths)
 

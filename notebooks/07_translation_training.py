@@ -94,7 +94,7 @@ for i in range(5):
 # ## Cross-attention alignments of a test sentence
 
 # %%
-from workbench.analysis import inspect_translation
+from workbench.inspection import inspect_translation
 ins = inspect_translation(model, tok, sources[1], beam=4)
 figures.attention_heatmap(ins.weights("cross", -1).mean(0), ins.out_tokens, ins.src_tokens,
                           title="cross-attention, last layer, mean of heads").show()

@@ -1,14 +1,21 @@
-"""Table 1: analytic counts, measured path lengths, slope fitting."""
+"""Table 1: analytic counts, the measured layers (restricted attention on windows), measured path lengths,
+slope fitting."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import torch
 
 from workbench.complexity import (
     KINDS,
+    RestrictedSelfAttention,
     analytic_path_length,
+    ceil_log,
     fit_loglog_slope,
     layer_macs,
+    make_layer,
     measure_layer,
     measured_path_length,
     sequential_ops,
@@ -45,42 +52,35 @@ def test_slope_fit_recovers_power_law():
 
 def test_measure_times_and_counts_steps():
     for kind in KINDS:
-        assert measure_layer(kind, 16, 8, repeats=2)["time_s"] > 0
+        res = measure_layer(kind, 16, 8, repeats=2)
+        assert res["seconds"] > 0 and res["memory_bytes"] > 0
     assert measure_layer("recurrent", 16, 8, repeats=1)["steps"] == 16
-    assert measure_layer("convolutional", 16, 8, repeats=1)["steps"] == 1
 
 
-def test_measured_memory_is_the_tensors_the_layers_allocate():
-    """Peak bytes against the sizes of the tensors each implementation creates, derived by hand (float32)."""
-    B, n, d = 2, 64, 16
-    mem = {kind: measure_layer(kind, n, d, batch=B, repeats=1)["memory_bytes"] for kind in KINDS}
-    assert mem["convolutional"] == B * n * d * 4  # only the (B, d, n) output; the transposes are views
-    # the explicit loop keeps the projected inputs (B, n, d), the n hidden states (B, d) and their stack (B, n, d)
-    assert mem["recurrent"] == 3 * B * n * d * 4
-    # the fused kernel never builds the (B, n, n) weights: its peak is its (B, 1, n, d) output and little more
-    assert B * n * d * 4 <= mem["self_attention"] < B * n * n * 4 / 2
-    # the band mask is an (n, n) tensor: memory quadratic in n even though only r keys per query are used
-    assert mem["restricted"] >= n * n
+def test_restricted_attention_equals_banded_full_attention():
+    x = torch.randn(2, 11, 8)
+    i = torch.arange(11)
+    band = (i[None] - i[:, None]).abs() <= 2
+    ref = torch.softmax((x @ x.transpose(1, 2) / math.sqrt(8)).masked_fill(~band, float("-inf")), -1) @ x
+    assert torch.allclose(RestrictedSelfAttention(4)(x), ref, atol=1e-5)
+    assert isinstance(make_layer("restricted", 8, r=4), RestrictedSelfAttention)
+    with pytest.raises(ValueError, match="even"):
+        RestrictedSelfAttention(3)
 
 
-# exact powers of k and their neighbours; math.ceil(math.log(n, k)) is one too many at 125 = 5**3, 216 = 6**3,
-# 5**6 and 8**7 (math.log(125, 5) == 3.0000000000000004)
-@pytest.mark.parametrize(
-    "n,k,layers",
-    [(124, 5, 3), (125, 5, 3), (126, 5, 4), (26, 3, 3), (27, 3, 3), (28, 3, 4), (243, 3, 5), (244, 3, 6),
-     (8, 2, 3), (9, 2, 4), (999, 10, 3), (1000, 10, 3), (1001, 10, 4), (215, 6, 3), (216, 6, 3), (217, 6, 4),
-     (5**6, 5, 6), (5**6 + 1, 5, 7), (8**7, 8, 7), (8**7 + 1, 8, 8)],
-)
-def test_dilated_path_length_exact_at_powers_of_k(n, k, layers):
-    """The smallest L with k**L >= n, written out by hand, and for small n also measured by autograd on a stack
-    of causal convolutions with dilations 1, k, k², ... (an independent check)."""
-    assert analytic_path_length("convolutional", n, k=k, dilated=True) == layers
-    if n <= 300:
-        from workbench.analysis import causal_dilated_path_length
-
-        assert causal_dilated_path_length(n, k) == layers
+def test_measure_layer_flops_memory_and_steps():
+    att = [measure_layer("self_attention", n, 16, repeats=1) for n in (16, 32)]
+    rnn = [measure_layer("recurrent", n, 16, repeats=1) for n in (16, 32)]
+    assert att[1]["flops"] == 4 * att[0]["flops"] and rnn[1]["flops"] == 2 * rnn[0]["flops"]
+    assert att[0]["flops"] == rnn[0]["flops"]  # n = d: 4 n² d = 4 n d²
+    assert att[1]["memory_bytes"] == pytest.approx(4 * att[0]["memory_bytes"], rel=0.2)
+    assert [m["steps"] for m in rnn] == [16.0, 32.0] and att[0]["steps"] == 1.0
+    restricted = [measure_layer("restricted", n, 16, r=4, repeats=1) for n in (16, 32)]
+    assert restricted[1]["flops"] == 2 * restricted[0]["flops"]  # O(r·n·d): linear in n, not a banded n² product
 
 
-def test_dilated_path_length_rejects_kernel_below_two():
-    with pytest.raises(ValueError, match="k"):
-        analytic_path_length("convolutional", 10, k=1, dilated=True)
+@pytest.mark.parametrize("n,k", [(2, 3), (9, 3), (10, 3), (27, 3), (28, 3), (125, 5), (126, 5), (16, 2)])
+def test_dilated_path_length_is_ceil_log_k(n, k):
+    assert ceil_log(n, k) == math.ceil(round(math.log(n, k), 9))
+    assert analytic_path_length("convolutional", n, k=k, dilated=True) == ceil_log(n, k)
+    assert measured_path_length("convolutional", n, k=k, dilated=True) == ceil_log(n, k)

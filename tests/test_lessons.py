@@ -1,4 +1,5 @@
-"""The measurement helpers behind notebooks 02, 03, 04 and 06 (workbench.analysis), checked on small inputs."""
+"""The helpers behind the teaching notebooks, checked on small inputs: score functions (02), positional
+diagnostics (03), causality probes (04), measurement probes and Markdown tables (02, 04, 06)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,23 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import analysis as A
 from workbench import complexity as C
-from workbench.positional import distance_matrix, sinusoidal_table
+from workbench.figures import markdown_table
+from workbench.masks import decoder_dependency, future_leak_check, incremental_logits
+from workbench.measure import counted_flops, peak_tensor_bytes
+from workbench.positional import (
+    cosine_matrix,
+    distance_matrix,
+    offset_profile,
+    offset_spread,
+    sinusoidal_table,
+)
+from workbench.scores import additive_scores, dot_scores, scaling_study, score_cost, softmax_jacobian_norm
 
 
 def test_scaling_study_variance_grows_with_dk_and_scaling_undoes_it():
     g = torch.Generator().manual_seed(0)
-    s = A.scaling_study([4, 64, 256], n_pairs=4000, n_keys=8, n_queries=128, generator=g)
+    s = scaling_study([4, 64, 256], n_pairs=4000, n_keys=8, n_queries=128, generator=g)
     assert all(len(v) == 3 for v in s.values())
     assert C.fit_loglog_slope([4, 64, 256], s["var_dot"])[0] == pytest.approx(1.0, abs=0.1)
     assert all(v == pytest.approx(1.0, abs=0.15) for v in s["var_scaled"])
@@ -28,32 +38,32 @@ def test_softmax_jacobian_norm_matches_closed_form():
     z = torch.randn(5, 7)
     p = torch.softmax(z, -1)
     jac = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # (5, 7, 7)
-    assert torch.allclose(A.softmax_jacobian_norm(z), jac.flatten(1).norm(dim=-1), atol=1e-6)
+    assert torch.allclose(softmax_jacobian_norm(z), jac.flatten(1).norm(dim=-1), atol=1e-6)
     one_hot_like = torch.tensor([[100.0, 0.0, 0.0]])
-    assert float(A.softmax_jacobian_norm(one_hot_like)) < 1e-6  # saturated: no gradient
+    assert float(softmax_jacobian_norm(one_hot_like)) < 1e-6  # saturated: no gradient
 
 
 def test_additive_and_dot_scores_shapes_and_counted_flops():
     q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
     w_q, w_k, v = torch.randn(4, 6), torch.randn(4, 6), torch.randn(6)
-    add = A.additive_scores(q, k, w_q, w_k, v)
+    add = additive_scores(q, k, w_q, w_k, v)
     assert add.shape == (2, 3, 5)
     ref = torch.tanh((q @ w_q)[:, 0] + (k @ w_k)[:, 1]) @ v  # query 0 of batch 0 and 1 against key 1
     assert torch.allclose(add[:, 0, 1], ref, atol=1e-5)
-    assert A.dot_scores(q, k).shape == (2, 3, 5)
-    assert A.counted_flops(lambda: A.dot_scores(q, k)) == A.score_cost("dot", 2, 3, 5, 4)["flops"]
-    assert A.score_cost("additive", 2, 3, 5, 4, 6)["largest_intermediate"] == 2 * 3 * 5 * 6
+    assert dot_scores(q, k).shape == (2, 3, 5)
+    assert counted_flops(lambda: dot_scores(q, k)) == score_cost("dot", 2, 3, 5, 4)["flops"]
+    assert score_cost("additive", 2, 3, 5, 4, 6)["largest_intermediate"] == 2 * 3 * 5 * 6
     with pytest.raises(ValueError, match="additive"):
-        A.score_cost("multiplicative", 1, 1, 1, 1)
+        score_cost("multiplicative", 1, 1, 1, 1)
 
 
 def test_offset_profile_of_sinusoids_depends_on_offset_only():
     dist = distance_matrix(sinusoidal_table(40, 64))
-    prof = A.offset_profile(dist, 10)
+    prof = offset_profile(dist, 10)
     assert prof["offset"] == list(range(1, 11))
-    assert A.offset_spread(dist, 10) < 1e-4
-    assert A.offset_spread(torch.rand(6, 6)) > 0
-    cos = A.cosine_matrix(sinusoidal_table(5, 8))
+    assert offset_spread(dist, 10) < 1e-4
+    assert offset_spread(torch.rand(6, 6)) > 0
+    cos = cosine_matrix(sinusoidal_table(5, 8))
     assert torch.allclose(cos.diagonal(), torch.ones(5), atol=1e-6)
 
 
@@ -66,10 +76,10 @@ def tiny_model():
 def test_future_leak_check_and_dependency_are_causal(tiny_model):
     src = torch.randint(4, 20, (2, 6))
     tgt = torch.randint(4, 20, (2, 7))
-    leak = A.future_leak_check(tiny_model, src, tgt, 2, generator=torch.Generator().manual_seed(0))
+    leak = future_leak_check(tiny_model, src, tgt, 2, generator=torch.Generator().manual_seed(0))
     assert leak["past_identical"] and leak["past_max_diff"] == 0.0 and leak["future_max_diff"] > 0
     assert (leak["tgt_changed"][:, 3:] != tgt[:, 3:]).all() and torch.equal(leak["tgt_changed"][:, :3], tgt[:, :3])
-    dep = A.decoder_dependency(tiny_model, src[:1], tgt[:1])
+    dep = decoder_dependency(tiny_model, src[:1], tgt[:1])
     assert dep.shape == (7, 7)
     assert float(dep.triu(1).abs().max()) == 0.0 and float(dep.diagonal().min()) > 0
 
@@ -77,43 +87,18 @@ def test_future_leak_check_and_dependency_are_causal(tiny_model):
 def test_incremental_logits_match_full_pass(tiny_model):
     src = torch.randint(4, 20, (2, 6))
     tgt = torch.randint(4, 20, (2, 5))
-    steps, cache = A.incremental_logits(tiny_model, src, tgt)
+    steps, cache = incremental_logits(tiny_model, src, tgt)
     with torch.no_grad():
         full = tiny_model(src, tgt)
     assert torch.allclose(steps, full, atol=1e-5) and cache.length == 5
 
 
-def test_local_attention_equals_banded_full_attention():
-    x = torch.randn(2, 11, 8)
-    i = torch.arange(11)
-    band = (i[None] - i[:, None]).abs() <= 2
-    ref = torch.softmax((x @ x.transpose(1, 2) / math.sqrt(8)).masked_fill(~band, float("-inf")), -1) @ x
-    assert torch.allclose(A.LocalSelfAttention(4)(x), ref, atol=1e-5)
-    with pytest.raises(ValueError, match="even"):
-        A.LocalSelfAttention(3)
-
-
-def test_measure_table1_flops_memory_and_steps():
-    att = [A.measure_table1("self_attention", n, 16, repeats=1) for n in (16, 32)]
-    rnn = [A.measure_table1("recurrent", n, 16, repeats=1) for n in (16, 32)]
-    assert att[1]["flops"] == 4 * att[0]["flops"] and rnn[1]["flops"] == 2 * rnn[0]["flops"]
-    assert att[0]["flops"] == rnn[0]["flops"]  # n = d: 4 n² d = 4 n d²
-    assert att[1]["memory_bytes"] == pytest.approx(4 * att[0]["memory_bytes"], rel=0.2)
-    assert [m["steps"] for m in rnn] == [16.0, 32.0] and att[0]["steps"] == 1.0
-
-
 def test_peak_tensor_bytes_counts_new_tensors_only():
     x = torch.randn(100, 100)
-    assert A.peak_tensor_bytes(lambda: x @ x, x) == 100 * 100 * 4
-    assert A.peak_tensor_bytes(lambda: x.view(-1), x) == 0
-
-
-@pytest.mark.parametrize("n,k", [(2, 3), (9, 3), (10, 3), (27, 3), (28, 3), (125, 5), (126, 5), (16, 2)])
-def test_dilated_path_length_is_ceil_log_k(n, k):
-    assert A.log_k_ceil(n, k) == math.ceil(round(math.log(n, k), 9))
-    assert A.causal_dilated_path_length(n, k) == A.log_k_ceil(n, k)
+    assert peak_tensor_bytes(lambda: x @ x, x) == 100 * 100 * 4
+    assert peak_tensor_bytes(lambda: x.view(-1), x) == 0
 
 
 def test_markdown_table():
-    text = A.markdown_table([{"a": 1, "b": 0.123456}, {"a": 2, "b": "x"}])
+    text = markdown_table([{"a": 1, "b": 0.123456}, {"a": 2, "b": "x"}])
     assert text.splitlines() == ["| a | b |", "|---|---|", "| 1 | 0.1235 |", "| 2 | x |"]

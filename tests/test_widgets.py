@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from workbench import build_model, preset
-from workbench.analysis import inspect_translation, to_bertviz
+from workbench.inspection import inspect_translation, to_bertviz
 from workbench.tokenizer import WordTokenizer
 from workbench.widgets import AttentionInspector, complexity_explorer, mask_explorer, positional_explorer
 

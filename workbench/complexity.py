@@ -12,12 +12,16 @@ Per-layer complexity (n = sequence length, d = width, k = kernel, r = neighbourh
 
 Note the square on d in the convolutional row: a k-wide convolution mapping d channels to d channels costs
 k * d * d multiply-adds per position. (Study notes sometimes print O(k n d), which is a misprint.)
+
+One implementation of each row's layer (:func:`make_layer`), one measurer (:func:`measure_layer`: counted FLOPs,
+peak tensor memory, median time and sequential steps, through :mod:`workbench.measure`) and one path-length
+finder (:func:`measured_path_length`, contiguous or dilated convolutions included), beside the analytic counts.
+Path lengths are counted with integers (``math.ceil(math.log(n, k))`` is off by one at exact powers of k).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,11 +30,16 @@ import torch
 from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
-from .masks import causal_mask
+from .measure import counted_flops, median_seconds, peak_tensor_bytes
 
 KINDS = ("self_attention", "recurrent", "convolutional", "restricted")
 
 
+def _unknown(kind: str) -> ValueError:
+    return ValueError(f"unknown layer kind {kind!r}: choose one of {KINDS}")
+
+
+# -- analytic --------------------------------------------------------------------------------------------------------
 def layer_macs(kind: str, n: int, d: int, k: int = 3, r: int = 8) -> int:
     """Multiply-adds of the core operation of one layer over a length-n sequence (projections excluded for
     attention, as in the paper's table: QK^T and the weighted sum of V, 2 * n * n * d)."""
@@ -42,7 +51,11 @@ def layer_macs(kind: str, n: int, d: int, k: int = 3, r: int = 8) -> int:
         return k * n * d * d
     if kind == "restricted":
         return 2 * r * n * d
-    raise ValueError(f"unknown layer kind {kind!r}: choose one of {KINDS}")
+    raise _unknown(kind)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def ceil_log(n: int, k: int) -> int:
@@ -63,20 +76,18 @@ def ceil_log(n: int, k: int) -> int:
 def analytic_path_length(kind: str, n: int, k: int = 3, r: int = 8, dilated: bool = False) -> int:
     """Layers needed before output position n-1 depends on input position 0 (the table's last column).
 
-    ``dilated=True`` for the convolutional row: causal convolutions with dilations 1, k, k², ... (WaveNet,
-    ByteNet), whose receptive field after L layers is k**L positions, so ceil(log_k n) layers.
+    ``dilated`` (convolutional only): causal kernels of width k with dilations 1, k, k², ... reach back
+    k**L - 1 positions after L layers, so ceil(log_k n) layers.
     """
-    if kind == "convolutional" and dilated and k < 2:
-        raise ValueError(f"a dilated convolution needs a kernel width k >= 2, got k={k}")
     if n <= 1 or kind in ("self_attention", "recurrent"):
         return 1  # recurrent: one layer, but through n sequential steps (see sequential_ops)
     # our layers use centred neighbourhoods: a kernel of width k (or a window of r keys) reaches (k-1)/2 (r/2)
     # positions to each side, so one layer moves information that far
     if kind == "convolutional":
-        return ceil_log(n, k) if dilated else -(-(n - 1) // ((k - 1) // 2))  # integer ceiling division
+        return ceil_log(n, k) if dilated else _ceil_div(n - 1, (k - 1) // 2)
     if kind == "restricted":
-        return -(-(n - 1) // (r // 2))
-    raise ValueError(f"unknown layer kind {kind!r}: choose one of {KINDS}")
+        return _ceil_div(n - 1, r // 2)
+    raise _unknown(kind)
 
 
 def sequential_ops(kind: str, n: int) -> int:
@@ -103,25 +114,37 @@ def table1(n: int, d: int, k: int = 3, r: int = 8) -> list[dict[str, Any]]:
     return rows
 
 
-def crossover_n(d: int) -> int:
-    """Self-attention's core costs 2 n^2 d vs recurrent n d^2 (+ n d^2 input): cheaper while n < d."""
-    return d
-
-
-# -- layers to measure ---------------------------------------------------------------------------------------------
+# -- layers to measure -----------------------------------------------------------------------------------------------
 class SelfAttentionCore(nn.Module):
-    def __init__(self, d: int, r: int | None = None) -> None:
+    """softmax(x xᵀ / sqrt(d)) x on the explicit path (one head, no projections: the n²·d core the paper's table
+    counts); the FLOP counter sees these matrix products, while it cannot see inside the fused CPU kernel."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shapes: x (B, n, d) -> (B, n, d)."""
+        q = x[:, None]  # (B, 1, n, d): one head
+        return scaled_dot_product_attention(q, q, q, need_weights=True)[0][:, 0]  # (B, 1, n, d) -> (B, n, d)
+
+
+class RestrictedSelfAttention(nn.Module):
+    """Restricted self-attention (Table 1, last row): each position attends to its neighbourhood of r // 2 keys
+    on each side plus itself, computed on windows so the cost really is O(r·n·d), not O(n²·d)."""
+
+    def __init__(self, r: int) -> None:
         super().__init__()
+        if r < 2 or r % 2:
+            raise ValueError(f"r={r}: use an even neighbourhood size of 2 or more (r // 2 keys on each side)")
         self.r = r
 
     def forward(self, x: Tensor) -> Tensor:
-        q = x[:, None]  # (B, 1, n, d): one head, so the cost is the paper's n^2 d
-        mask = None
-        if self.r is not None:
-            n = x.shape[1]
-            i = torch.arange(n)
-            mask = ((i[None, :] - i[:, None]).abs() <= self.r // 2)[None, None]  # (1, 1, n, n) band
-        return scaled_dot_product_attention(q, q, q, mask=mask)[0][:, 0]
+        """Shapes: x (B, n, d) -> (B, n, d)."""
+        B, n, d = x.shape
+        half = self.r // 2
+        padded = torch.nn.functional.pad(x, (0, 0, half, half))  # (B, n + r, d)
+        windows = padded.unfold(1, 2 * half + 1, 1)  # (B, n, d, r + 1): keys p - r/2 .. p + r/2
+        scores = torch.einsum("bnd,bndw->bnw", x, windows) / math.sqrt(d)  # (B, n, r + 1)
+        pos = torch.arange(n)[:, None] + torch.arange(-half, half + 1)[None, :]  # (n, r + 1) key positions
+        scores = scores.masked_fill(((pos < 0) | (pos >= n))[None], float("-inf"))  # padding is no key
+        return torch.einsum("bnw,bndw->bnd", torch.softmax(scores, -1), windows)  # (B, n, d)
 
 
 class RecurrentLayer(nn.Module):
@@ -134,7 +157,8 @@ class RecurrentLayer(nn.Module):
         self.steps = 0
 
     def forward(self, x: Tensor) -> Tensor:
-        h = torch.zeros(x.shape[0], x.shape[2])
+        """Shapes: x (B, n, d) -> (B, n, d)."""
+        h = torch.zeros(x.shape[0], x.shape[2])  # (B, d)
         xs = self.w_x(x)  # (B, n, d): all inputs at once
         outs = []
         self.steps = 0
@@ -142,53 +166,58 @@ class RecurrentLayer(nn.Module):
             h = torch.tanh(xs[:, t] + self.w_h(h))  # depends on the previous step
             outs.append(h)
             self.steps += 1
-        return torch.stack(outs, 1)
+        return torch.stack(outs, 1)  # (B, n, d)
 
 
 class ConvLayer(nn.Module):
-    def __init__(self, d: int, k: int = 3, dilation: int = 1) -> None:
+    """A width-k convolution mapping d channels to d: centred (k // 2 keys each side) by default, or causal with
+    a dilation (left padding only), the building block of WaveNet/ByteNet-style dilated stacks."""
+
+    def __init__(self, d: int, k: int = 3, dilation: int | None = None) -> None:
         super().__init__()
-        self.conv = nn.Conv1d(d, d, k, padding=(k - 1) // 2 * dilation, dilation=dilation)
+        span = (k - 1) * (dilation or 1)  # positions one output sees beyond its own
+        self.conv = nn.Conv1d(d, d, k, padding=0 if dilation else span // 2, dilation=dilation or 1)
+        self.left_pad = span if dilation else 0  # causal: all of the span on the left
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.conv(x.transpose(1, 2)).transpose(1, 2)
+        """Shapes: x (B, n, d) -> (B, n, d)."""
+        h = x.transpose(1, 2)  # (B, d, n)
+        if self.left_pad:
+            h = torch.nn.functional.pad(h, (self.left_pad, 0))  # (B, d, n + left_pad)
+        return self.conv(h).transpose(1, 2)  # (B, d, n) -> (B, n, d)
 
 
-def make_layer(kind: str, d: int, k: int = 3, r: int = 8) -> nn.Module:
+def make_layer(kind: str, d: int, k: int = 3, r: int = 8, dilation: int | None = None) -> nn.Module:
+    """One layer of a Table 1 row. ``dilation`` (convolutional only): a causal convolution with that dilation
+    instead of the centred contiguous one."""
     if kind == "self_attention":
-        return SelfAttentionCore(d)
+        return SelfAttentionCore()
     if kind == "restricted":
-        return SelfAttentionCore(d, r=r)
+        return RestrictedSelfAttention(r)
     if kind == "recurrent":
         return RecurrentLayer(d)
     if kind == "convolutional":
-        return ConvLayer(d, k)
-    raise ValueError(f"unknown layer kind {kind!r}: choose one of {KINDS}")
+        return ConvLayer(d, k, dilation)
+    raise _unknown(kind)
 
 
+# -- measured --------------------------------------------------------------------------------------------------------
 @torch.no_grad()
-def measure_layer(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int = 1, repeats: int = 5) -> dict[str, float]:
-    """Median forward time of one layer, and the peak bytes of the tensors its forward allocates (measured by
-    :func:`workbench.analysis.peak_tensor_bytes`, which intercepts every operation; input and weights excluded).
+def measure_layer(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int = 1, repeats: int = 3) -> dict[str, float]:
+    """Counted FLOPs, peak activation bytes, median seconds and sequential steps of one layer of ``kind`` on a
+    (batch, n, d) input.
 
-    What the memory shows: the convolution keeps its (B, n, d) output; the recurrent layer its projected inputs,
-    n hidden states and their stack, 3 (B, n, d); self-attention through the fused kernel only O(n d) (the CPU
-    flash kernel never materialises the n x n weights), while the restricted layer, written here as full
-    attention under a band mask, builds n x n masks. :func:`workbench.analysis.measure_table1` measures the
-    explicit and windowed layers instead, whose memory follows Table 1.
+    ``steps`` is the number of dependent steps the layer ran (the recurrent layer counts its loop; the others
+    run as a handful of batched operations and report 1).
     """
-    from .analysis import peak_tensor_bytes  # analysis imports this module
-
+    torch.manual_seed(0)
     layer = make_layer(kind, d, k, r).eval()
     x = torch.randn(batch, n, d)
-    layer(x)  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        layer(x)
-        times.append(time.perf_counter() - t0)
+    flops = counted_flops(lambda: layer(x))
     memory = peak_tensor_bytes(lambda: layer(x), x, layer)
-    return {"time_s": statistics.median(times), "memory_bytes": float(memory), "steps": float(getattr(layer, "steps", 1) or 1)}
+    seconds = median_seconds(lambda: layer(x), repeats=repeats)
+    return {"flops": float(flops), "memory_bytes": float(memory), "seconds": seconds,
+            "steps": float(getattr(layer, "steps", 1) or 1)}
 
 
 def fit_loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
@@ -197,24 +226,22 @@ def fit_loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, flo
     return float(slope), float(intercept)
 
 
-def measured_path_length(kind: str, n: int, k: int = 3, r: int = 8, d: int = 4, max_layers: int | None = None) -> int:
+def measured_path_length(kind: str, n: int, k: int = 3, r: int = 8, d: int = 4, dilated: bool = False,
+                         max_layers: int | None = None) -> int:
     """Stack layers of ``kind`` until the last output position depends on input position 0 (by autograd).
 
-    For the recurrent layer this is 1 layer (the dependency goes through n sequential steps instead).
+    ``dilated`` (convolutional only): layer L is a causal convolution with dilation k**(L-1), the paper's
+    O(log_k n) case. For the recurrent layer this is 1 layer (the dependency goes through n sequential steps).
     """
+    if dilated and kind != "convolutional":
+        raise ValueError(f"dilated=True applies to the convolutional kind, not {kind!r}")
     max_layers = max_layers or n + 1
     torch.manual_seed(0)
-    layers = [make_layer(kind, d, k, r) for _ in range(max_layers)]
     x = torch.randn(1, n, d, requires_grad=True)
     h = x
-    for depth, layer in enumerate(layers, start=1):
-        h = layer(h)
+    for depth in range(1, max_layers + 1):
+        h = make_layer(kind, d, k, r, dilation=k ** (depth - 1) if dilated else None)(h)  # built as it is needed
         grad = torch.autograd.grad(h[0, -1].sum(), x, retain_graph=True)[0]
         if grad[0, 0].abs().sum() > 0:
             return depth
     raise RuntimeError(f"position 0 never reached position {n - 1} within {max_layers} layers")
-
-
-def causal_reach(n: int) -> Tensor:
-    """Which inputs each output of one causal self-attention layer can see (for path illustrations)."""
-    return causal_mask(n)

@@ -2,6 +2,7 @@
 
 Nothing is computed here beyond layout: attention weights, masks, distances, losses and fits come from the
 modules that own them (``capture``, ``masks``, ``positional``, ``train``, ``complexity``); this module only draws.
+Tables that notebooks show beside their figures come from :func:`markdown_table`.
 
 Conventions shared by the attention views:
 
@@ -49,6 +50,7 @@ __all__ = [
     "head_stat_figure",
     "line_figure",
     "loglog_figure",
+    "markdown_table",
     "mask_figure",
     "masks_side_by_side",
     "positional_heatmap",
@@ -693,6 +695,19 @@ def bar_figure(labels: Sequence[Any], values: Any, title: str | None = None, yla
                       width=max(420, 60 * len(names) + 200))
     fig.update_xaxes(type="category")  # numeric-looking labels ("8", "16") stay bars of their own
     return fig
+
+
+# -- tables -------------------------------------------------------------------------------------------------------
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A Markdown table of dict rows (floats with 4 significant digits), for ``IPython.display.Markdown``."""
+    columns = list(columns or (rows[0].keys() if rows else []))
+
+    def fmt(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
 
 
 # -- export -------------------------------------------------------------------------------------------------------

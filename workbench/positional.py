@@ -1,4 +1,5 @@
-"""Positional encodings (paper section 3.5): the sinusoidal table, a learned alternative, distance matrices."""
+"""Positional encodings (paper section 3.5): the sinusoidal table, a learned alternative, distance matrices, and
+the diagnostics that read them (distance by offset, cosine similarity)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,36 @@ def distance_matrix(table: Tensor) -> Tensor:
     """
     t = table.double()
     return torch.cdist(t, t, compute_mode="donot_use_mm_for_euclid_dist").to(table.dtype)
+
+
+def cosine_matrix(table: Tensor) -> Tensor:
+    """Cosine similarity between every pair of rows. Shapes: (T, D) -> (T, T)."""
+    unit = torch.nn.functional.normalize(table.double(), dim=-1)
+    return (unit @ unit.T).to(table.dtype)
+
+
+def offset_profile(dist: Tensor, max_offset: int | None = None) -> dict[str, list[float]]:
+    """Distances grouped by offset k = |p - q|: mean, min and max of every k-th diagonal, k = 1..max_offset.
+
+    Shapes:
+        dist (T, T)
+    """
+    T = dist.shape[0]
+    max_offset = T - 1 if max_offset is None else min(max_offset, T - 1)
+    prof: dict[str, list[float]] = {"offset": [], "mean": [], "min": [], "max": []}
+    for k in range(1, max_offset + 1):
+        diag = dist.diagonal(k).double()
+        prof["offset"].append(k)
+        prof["mean"].append(float(diag.mean()))
+        prof["min"].append(float(diag.min()))
+        prof["max"].append(float(diag.max()))
+    return prof
+
+
+def offset_spread(dist: Tensor, max_offset: int | None = None) -> float:
+    """Largest (max - min) over the pairs sharing one offset: 0 when distance depends only on the offset."""
+    prof = offset_profile(dist, max_offset)
+    return max((hi - lo for hi, lo in zip(prof["max"], prof["min"], strict=True)), default=0.0)
 
 
 def rotation_matrix(k: int, d_model: int, base: float = 10000.0) -> Tensor:

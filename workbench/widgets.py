@@ -17,10 +17,10 @@ import plotly.graph_objects as go
 import torch
 
 from . import figures
-from .analysis import Inspection, inspect_translation
 from .complexity import KINDS as LAYER_KINDS
 from .complexity import table1
 from .errors import WorkbenchError
+from .inspection import Inspection, inspect_translation
 from .masks import attention_mask, causal_mask
 from .positional import distance_matrix, sinusoidal_table
 

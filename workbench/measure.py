@@ -1,0 +1,109 @@
+"""Measurement probes shared by the notebooks and Table 1: wall-clock time, counted FLOPs, peak tensor memory.
+
+* :func:`median_seconds`: the median of repeated timed calls after warm-up (device work included on CUDA);
+* :func:`counted_flops`: the FLOPs PyTorch's ``FlopCounterMode`` sees while a function runs (matrix products,
+  convolutions, attention kernels; element-wise operations are not counted);
+* :func:`peak_tensor_bytes`: the peak bytes of the tensors a function creates, measured by intercepting every
+  operation, so it works on the CPU too, where torch keeps no allocator statistics.
+
+Analytic FLOP counts of whole models (and MFU) live in :mod:`workbench.flops`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+def _sync(device: torch.device | str | None) -> None:
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1,
+                   device: torch.device | str | None = None) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed calls.
+
+    On a CUDA ``device`` each call is bracketed by synchronisations, so the time includes the queued GPU work.
+    """
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(max(1, repeats)):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def counted_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of the matrix products, convolutions and attention kernels ``fn()`` runs, counted by
+    ``torch.utils.flop_counter.FlopCounterMode`` while it runs (element-wise ops are not counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        fn()
+    return int(counter.get_total_flops())
+
+
+class _PeakTensorBytes(TorchDispatchMode):
+    """Counts the bytes of the tensor storages that operations create while it is active, and their peak."""
+
+    def __init__(self, existing: set[int]) -> None:
+        super().__init__()
+        self.existing = existing  # storages that were there before (inputs, parameters): not counted
+        self.live: dict[int, list[int]] = {}  # storage data_ptr -> [bytes, tensors alive that use it]
+        self.current = 0
+        self.peak = 0
+
+    def _release(self, key: int) -> None:
+        entry = self.live.get(key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.current -= entry[0]
+                del self.live[key]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, Tensor):
+                continue
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+            if key in self.existing or storage.nbytes() == 0:
+                continue
+            if key in self.live:
+                self.live[key][1] += 1
+            else:
+                self.live[key] = [storage.nbytes(), 1]
+                self.current += storage.nbytes()
+                self.peak = max(self.peak, self.current)
+            weakref.finalize(t, self._release, key)
+        return out
+
+
+def peak_tensor_bytes(fn: Callable[[], Any], *keep: Tensor | nn.Module) -> int:
+    """Peak bytes of the tensors ``fn()`` allocates while it runs (measured by intercepting every operation).
+
+    Storages of the tensors and modules in ``keep`` (inputs, parameters) existed before and are not counted.
+    Works on any device; on the CPU, where torch keeps no allocator statistics, this is the way to see that
+    self-attention materialises n x n matrices while the other layers keep O(n d) activations.
+    """
+    existing: set[int] = set()
+    for item in keep:
+        tensors = list(item.parameters()) + list(item.buffers()) if isinstance(item, nn.Module) else [item]
+        existing.update(t.untyped_storage().data_ptr() for t in tensors)
+    with torch.no_grad(), _PeakTensorBytes(existing) as mode:
+        fn()
+    return mode.peak
