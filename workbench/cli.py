@@ -163,6 +163,11 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
 
         card = shipped.read_card(args.name)
         out = Path(args.out)
+        threads = card["training"].get("threads")
+        if threads:  # the card's run used this many CPU threads; the same recipe uses the same
+            import torch
+
+            torch.set_num_threads(int(threads))
         argv = shlex.split(card["reproduce"]["train"])
         argv = argv[argv.index("train"):]  # drop the program name and environment prefixes
         if "--out" in argv:
