@@ -126,3 +126,11 @@ def test_shipped_names_resolve_in_the_cli_loader(tiny_shipped, monkeypatch):
     shutil.rmtree(root / "tiny-de-en")
     with pytest.raises(wb.CheckpointError, match="shipped model name"):
         load_any("tiny-de-en")
+
+
+def test_the_two_translators_the_notebooks_need_are_shipped():
+    assert {"small-de-en", "gru-de-en"} <= set(SHIPPED)
+    small, gru = wb.shipped.read_card("small-de-en"), wb.shipped.read_card("gru-de-en")
+    # the fair comparison the notebooks draw: same data, same tokenizer kind, same budget and machine
+    assert small["training"]["budget"] == gru["training"]["budget"]
+    assert small["vocab_size"] == gru["vocab_size"]
