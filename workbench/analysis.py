@@ -279,6 +279,28 @@ def counted_flops(fn: Callable[[], Any]) -> int:
     return int(counter.get_total_flops())
 
 
+class _CountOperations(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(fn: Callable[[], Any]) -> int:
+    """Number of tensor operations (ATen kernels) ``fn()`` runs, counted by intercepting each one.
+
+    A layer whose count does not grow with the sequence length runs O(1) sequential operations (Table 1's middle
+    column): everything it does is batched over positions. The recurrent layer's count grows by a fixed number
+    of operations per position.
+    """
+    with torch.no_grad(), _CountOperations() as mode:
+        fn()
+    return mode.count
+
+
 def offset_profile(dist: Tensor, max_offset: int | None = None) -> dict[str, list[float]]:
     """Distances grouped by offset k = |p - q|: mean, min and max of every k-th diagonal, k = 1..max_offset.
 
@@ -461,7 +483,8 @@ def measure_table1(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int
     (batch, n, d) input.
 
     ``steps`` is the number of dependent steps the layer ran (the recurrent layer counts its loop; the others
-    run as a handful of batched operations and report 1).
+    run as a handful of batched operations and report 1); ``operations`` is what :func:`count_operations`
+    measures, the same for every n except in the recurrent layer.
     """
     torch.manual_seed(0)
     layer = table1_layer(kind, d, k, r).eval()
@@ -470,7 +493,7 @@ def measure_table1(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int
     memory = peak_tensor_bytes(lambda: layer(x), x, layer)
     seconds = median_seconds(lambda: layer(x), repeats=repeats)
     return {"flops": float(flops), "memory_bytes": float(memory), "seconds": seconds,
-            "steps": float(getattr(layer, "steps", 1) or 1)}
+            "steps": float(getattr(layer, "steps", 1) or 1), "operations": float(count_operations(lambda: layer(x)))}
 
 
 def causal_dilated_path_length(n: int, k: int = 3, d: int = 2, max_layers: int = 64) -> int:
