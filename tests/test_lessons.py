@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from _derived import expected_jacobian_norm, jacobian_norm_closed_form  # tests/_derived.py
 
 import workbench as wb
 from workbench import complexity as C
@@ -39,8 +40,23 @@ def test_softmax_jacobian_norm_matches_closed_form():
     p = torch.softmax(z, -1)
     jac = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # (5, 7, 7)
     assert torch.allclose(softmax_jacobian_norm(z), jac.flatten(1).norm(dim=-1), atol=1e-6)
+    assert torch.allclose(softmax_jacobian_norm(z), jacobian_norm_closed_form(p), atol=1e-6)
+    for n in (2, 7, 16):  # uniform weights: sqrt(n - 1) / n
+        assert float(softmax_jacobian_norm(torch.zeros(1, n))) == pytest.approx(math.sqrt(n - 1) / n, rel=1e-6)
+    assert float(softmax_jacobian_norm(torch.tensor([[3.0, 3.0, -100.0]]))) == pytest.approx(0.5, rel=1e-6)
     one_hot_like = torch.tensor([[100.0, 0.0, 0.0]])
     assert float(softmax_jacobian_norm(one_hot_like)) < 1e-6  # saturated: no gradient
+
+
+@pytest.mark.parametrize("d_k", [16, 256])
+def test_scaling_study_jacobian_matches_the_derived_expectation(d_k):
+    """The measured mean Jacobian norm (autograd, 512 queries) against its expectation derived above, within 5
+    standard errors of a 512-query mean. Scaled, it stays near 0.30 for every d_k (above the uniform
+    sqrt(15)/16 = 0.24, since unit-variance scores are not flat); unscaled, it falls towards the one-hot 0."""
+    study = scaling_study([d_k], n_pairs=100, n_keys=16, n_queries=512, generator=torch.Generator().manual_seed(0))
+    for tag in ("scaled", "unscaled"):
+        mean, std = expected_jacobian_norm(d_k, 16, scaled=tag == "scaled")
+        assert study[f"jacobian_{tag}"][0] == pytest.approx(mean, abs=5 * std / math.sqrt(512)), tag
 
 
 def test_additive_and_dot_scores_shapes_and_counted_flops():
@@ -91,6 +107,37 @@ def test_incremental_logits_match_full_pass(tiny_model):
     with torch.no_grad():
         full = tiny_model(src, tgt)
     assert torch.allclose(steps, full, atol=1e-5) and cache.length == 5
+
+
+def test_local_attention_equals_banded_full_attention():
+    x = torch.randn(2, 11, 8)
+    i = torch.arange(11)
+    band = (i[None] - i[:, None]).abs() <= 2
+    ref = torch.softmax((x @ x.transpose(1, 2) / math.sqrt(8)).masked_fill(~band, float("-inf")), -1) @ x
+    assert torch.allclose(C.RestrictedSelfAttention(4)(x), ref, atol=1e-5)
+    with pytest.raises(ValueError, match="even"):
+        C.RestrictedSelfAttention(3)
+
+
+def test_measure_table1_flops_memory_and_steps():
+    att = [C.measure_layer("self_attention", n, 16, repeats=1) for n in (16, 32)]
+    rnn = [C.measure_layer("recurrent", n, 16, repeats=1) for n in (16, 32)]
+    assert att[1]["flops"] == 4 * att[0]["flops"] and rnn[1]["flops"] == 2 * rnn[0]["flops"]
+    assert att[0]["flops"] == rnn[0]["flops"]  # n = d: 4 n² d = 4 n d²
+    assert att[1]["memory_bytes"] == pytest.approx(4 * att[0]["memory_bytes"], rel=0.2)
+    assert [m["steps"] for m in rnn] == [16.0, 32.0]
+
+
+def test_sequential_operations_measured_by_counting_kernels():
+    """Table 1's "sequential operations": the kernels one forward runs, counted. Parallel layers run the same
+    number for every n (O(1)); the recurrent layer's count grows by the same amount per position (O(n))."""
+    counts = {kind: [C.measure_layer(kind, n, 8, k=3, r=4, repeats=1)["operations"] for n in (8, 16, 32)]
+              for kind in C.KINDS}
+    for kind in ("self_attention", "convolutional", "restricted"):
+        assert len(set(counts[kind])) == 1, f"{kind}: {counts[kind]}"
+    small, medium, large = counts["recurrent"]
+    per_step = (medium - small) / 8
+    assert per_step >= 1 and large - medium == 16 * per_step
 
 
 def test_peak_tensor_bytes_counts_new_tensors_only():

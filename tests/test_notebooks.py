@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
+from _derived import expected_jacobian_norm  # tests/_derived.py
 
 from workbench.errors import NotebookParameterError
 from workbench.notebooks import (
@@ -46,8 +48,6 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("scaled_variance_mean", lambda v: _approx(v, 1.0, 0.1)),
         ("max_weight_unscaled_largest_dk", lambda v: v > 0.8),
         ("max_weight_scaled_largest_dk", lambda v: v < 0.4),
-        ("jacobian_unscaled_largest_dk", lambda v: v < 0.15),
-        ("jacobian_scaled_largest_dk", lambda v: _approx(v, 0.3, 0.05)),
         ("dot_flops_counted", lambda v: v > 0),
         ("intermediate_ratio", lambda v: v > 1),
     ],
@@ -62,7 +62,10 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("learned_refuses_long_input", lambda v: v is True),
         ("learned_load_refused", lambda v: v is True),
         ("sinusoidal_extends", lambda v: v is True),
-        ("learned_val_loss", lambda v: v > 0),
+        # below the loss of a uniform guess over the copy task's outputs: 20 words + 4 specials, log 24 = 3.18.
+        # (A SMOKE run gets about 3.03, the entropy of the target tokens' frequencies: it learns which words
+        # occur, not yet where; the full run goes far lower.)
+        ("learned_val_loss", lambda v: v < math.log(24)),
     ],
     "04_masked_attention": [
         ("future_weights_exactly_zero", lambda v: v is True),
@@ -88,6 +91,31 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("path_lengths_match", lambda v: v is True),
     ],
 }
+
+
+def _jacobian_as_derived(m: dict, tag: str) -> bool:
+    """The mean softmax-Jacobian norm at the largest d_k against its derived expectation (tests/_derived.py),
+    within 5 standard errors of the notebook's 512-query mean."""
+    mean, std = expected_jacobian_norm(int(m["largest_dk"]), N_KEYS_02, scaled=tag == "scaled")
+    return _approx(m[f"jacobian_{tag}_largest_dk"], mean, 5 * std / math.sqrt(512))
+
+
+N_KEYS_02 = 16  # notebook 02's default N_KEYS (checked against the notebook below)
+
+# checks that need several metrics at once: (what it shows, check of the whole metrics dict)
+DERIVED: dict[str, list[tuple[str, object]]] = {
+    "02_scaled_dot_product_attention": [
+        ("scaled Jacobian norm as derived", lambda m: _jacobian_as_derived(m, "scaled")),
+        ("unscaled Jacobian norm as derived", lambda m: _jacobian_as_derived(m, "unscaled")),
+        # the unscaled softmax saturates: well under the scaled norm, which stays near 0.30 for every d_k
+        ("unscaled Jacobian vanishing", lambda m: m["jacobian_unscaled_largest_dk"] < 0.5 * m["jacobian_scaled_largest_dk"]),
+    ],
+}
+
+
+def test_derived_checks_use_the_notebook_defaults():
+    path = next(p for p in NOTEBOOKS if p.stem == "02_scaled_dot_product_attention")
+    assert int(notebook_parameters(path)["N_KEYS"]["default"]) == N_KEYS_02
 
 
 # -- structure (no execution) -----------------------------------------------------------------------------------
@@ -252,6 +280,8 @@ def test_notebook_runs_on_smoke_parameters(path, smoke_runs):
     for key, check in EXPECTED.get(path.stem, []):
         assert key in metrics, f"{path.name}: metrics.json lacks {key!r}"
         assert check(metrics[key]), f"{path.name}: {key} = {metrics[key]!r}"
+    for what, check in DERIVED.get(path.stem, []):
+        assert check(metrics), f"{path.name}: {what} fails with {metrics}"
     assert result["html_offline"]
 
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import scaled_dot_product_attention
-from .measure import counted_flops, median_seconds, peak_tensor_bytes
+from .measure import count_operations, counted_flops, median_seconds, peak_tensor_bytes
 
 KINDS = ("self_attention", "recurrent", "convolutional", "restricted")
 
@@ -208,7 +208,8 @@ def measure_layer(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int 
     (batch, n, d) input.
 
     ``steps`` is the number of dependent steps the layer ran (the recurrent layer counts its loop; the others
-    run as a handful of batched operations and report 1).
+    run as a handful of batched operations and report 1); ``operations`` is what :func:`count_operations`
+    measures, the same for every n except in the recurrent layer.
     """
     torch.manual_seed(0)
     layer = make_layer(kind, d, k, r).eval()
@@ -217,7 +218,7 @@ def measure_layer(kind: str, n: int, d: int, k: int = 3, r: int = 8, batch: int 
     memory = peak_tensor_bytes(lambda: layer(x), x, layer)
     seconds = median_seconds(lambda: layer(x), repeats=repeats)
     return {"flops": float(flops), "memory_bytes": float(memory), "seconds": seconds,
-            "steps": float(getattr(layer, "steps", 1) or 1)}
+            "steps": float(getattr(layer, "steps", 1) or 1), "operations": float(count_operations(lambda: layer(x)))}
 
 
 def fit_loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:

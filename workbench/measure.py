@@ -107,3 +107,25 @@ def peak_tensor_bytes(fn: Callable[[], Any], *keep: Tensor | nn.Module) -> int:
     with torch.no_grad(), _PeakTensorBytes(existing) as mode:
         fn()
     return mode.peak
+
+
+class _CountOperations(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(fn: Callable[[], Any]) -> int:
+    """Number of tensor operations (ATen kernels) ``fn()`` runs, counted by intercepting each one.
+
+    A layer whose count does not grow with the sequence length runs O(1) sequential operations (Table 1's middle
+    column): everything it does is batched over positions. The recurrent layer's count grows by a fixed number
+    of operations per position.
+    """
+    with torch.no_grad(), _CountOperations() as mode:
+        fn()
+    return mode.count
