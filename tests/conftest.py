@@ -1,9 +1,18 @@
-"""Shared fixtures. Tests read Multi30k from the local mirror beside the checkout (never from the network)."""
+"""Shared fixtures. Tests read Multi30k from the local mirror beside the checkout (never from the network).
+
+A test that needs something outside the package (the Multi30k mirror, Chromium, playwright, torchrun, kaleido)
+asks for it with :func:`require`: missing, it skips on a developer's machine and **fails** under ``CI=true``,
+where every prerequisite must be installed (``.ci/run`` does it). No test calls ``pytest.skip`` or
+``pytest.importorskip`` itself; ``tests/test_ci.py`` checks that.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 
@@ -11,11 +20,38 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WORKBENCH_MULTI30K", str(REPO.parent / "shared" / "data" / "multi30k"))
 
 
+def in_ci() -> bool:
+    """True when the ``CI`` environment variable says so (``true``, ``1`` or ``yes``, any case)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def missing(what: str, how_to_fix: str) -> NoReturn:
+    """Stop the test for a missing prerequisite: a skip locally, a failure under ``CI=true``."""
+    message = f"{what} is missing: {how_to_fix}"
+    if in_ci():
+        pytest.fail(f"prerequisite missing under CI=true (CI installs every prerequisite): {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def require(condition: object, what: str, how_to_fix: str) -> None:
+    """Go on when ``condition`` is true; else :func:`missing` (skip locally, fail under ``CI=true``)."""
+    if not condition:
+        missing(what, how_to_fix)
+
+
+def require_module(name: str, how_to_fix: str) -> ModuleType:
+    """Import ``name``, or :func:`missing` when it is not installed (the CI-aware ``pytest.importorskip``)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        missing(f"the Python module {name} ({exc})", how_to_fix)
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     path = Path(os.environ["WORKBENCH_MULTI30K"])
-    if not (path / "val.de.gz").exists():
-        pytest.skip(f"Multi30k mirror not found at {path}")
+    require((path / "val.de.gz").exists(), f"the Multi30k mirror at {path}",
+            "put shared/data/multi30k beside the checkout or set WORKBENCH_MULTI30K to a local copy")
     return path
 
 

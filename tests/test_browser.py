@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import require, require_module
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -25,9 +26,8 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 @pytest.fixture(scope="module")
 def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")
+    playwright = require_module("playwright.sync_api", "pip install -e '.[dev]' (playwright drives Debian's Chromium)")
+    require(Path(CHROMIUM).exists(), f"Chromium at {CHROMIUM}", "apt-get install chromium (never a browser download)")
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:

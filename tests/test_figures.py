@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 import torch
+from conftest import require
 
 from workbench import figures
 from workbench.figures import FigureInputError, ImageExportError
@@ -316,19 +317,21 @@ def test_to_html_embeds_plotlyjs_and_is_valid(tmp_path):
     assert "▁Mann" in text and "Plotly.newPlot" in text
 
 
+def _browser() -> str:
+    """The Chrome/Chromium that kaleido and these tests use (``BROWSER_PATH``, else on ``PATH``)."""
+    browser = os.environ.get("BROWSER_PATH") or shutil.which("chromium") or shutil.which("google-chrome")
+    require(browser, "Chromium or Chrome", "apt-get install chromium (Debian's package, /usr/bin/chromium)")
+    return browser
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_html_renders_in_headless_chromium_offline(tmp_path):
-    browser = os.environ.get("BROWSER_PATH") or shutil.which("chromium") or shutil.which("google-chrome")
-    if not browser:
-        pytest.skip("no Chromium/Chrome on this machine")
+    browser = _browser()
     path = figures.to_html(figures.attention_heatmap(np.eye(3), ["a", "<eos>", "a"]), tmp_path / "f.html")
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--virtual-time-budget=5000", "--dump-dom", path.as_uri()]
-    try:
-        dom = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"Chromium did not run: {exc}")
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout  # a browser that is there must run
     assert 'class="main-svg"' in dom  # plotly drew the figure with no network
     assert "&lt;eos&gt;" in dom  # and the special token is shown, not swallowed as a tag
 
@@ -354,11 +357,12 @@ def test_to_image_names_a_missing_browser(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_png_export(tmp_path):
+    version = figures._kaleido_version()
+    require(version is not None and int(version.split(".")[0]) >= 1, f"kaleido >= 1 (found {version})",
+            "pip install -e '.[dev]' (the dev extra has kaleido)")
+    _browser()
     fig = figures.attention_heatmap(softmax(4, 4), TGT[:4], SRC[:4])
-    try:
-        path = figures.to_image(fig, tmp_path / "f.png", scale=1)
-    except ImageExportError as exc:
-        pytest.skip(f"no working kaleido + browser here: {exc}")
+    path = figures.to_image(fig, tmp_path / "f.png", scale=1)  # kaleido and a browser are there: it must work
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

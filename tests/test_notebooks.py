@@ -8,7 +8,10 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -312,3 +315,78 @@ def test_notebook_matches_its_paired_text_file(path: Path) -> None:
             f"{path.name}: cell {i} differs from {text_file.name}; run `jupytext --sync {text_file}`"
         )
         assert a.metadata.get("tags", []) == b.metadata.get("tags", []), f"{path.name}: cell {i} tags differ"
+
+
+# -- paths and console output of `workbench notebooks run` ------------------------------------------------------
+def test_kernel_environment_makes_user_paths_absolute(tmp_path, monkeypatch):
+    """The kernel runs in the report folder: relative paths must be resolved where the user stands, first."""
+    from workbench.notebooks import _kernel_environment, resolve_path_parameters
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORKBENCH_MULTI30K", "../shared/data/multi30k")
+    monkeypatch.setenv("WORKBENCH_CACHE", "cache")
+    monkeypatch.setenv("PYTHONPATH", "src")
+    with _kernel_environment(threads=1):
+        assert os.environ["WORKBENCH_MULTI30K"] == str(tmp_path.parent / "shared" / "data" / "multi30k")
+        assert os.environ["WORKBENCH_CACHE"] == str(tmp_path / "cache")
+        assert str(tmp_path / "src") in os.environ["PYTHONPATH"].split(os.pathsep)
+    assert os.environ["WORKBENCH_MULTI30K"] == "../shared/data/multi30k"  # restored afterwards
+    with _kernel_environment(data_dir="data"):
+        assert os.environ["WORKBENCH_MULTI30K"] == str(tmp_path / "data")  # --data-dir wins over the variable
+    params = {"CHECKPOINT": "runs/a.pt", "SEED": 1, "LABEL": "runs/b", "DATA_DIR": "~/d", "OTHER_FILE": ""}
+    assert resolve_path_parameters(params) == {"CHECKPOINT": str(tmp_path / "runs" / "a.pt"), "SEED": 1,
+                                               "LABEL": "runs/b", "DATA_DIR": str(Path("~/d").expanduser()),
+                                               "OTHER_FILE": ""}
+
+
+PATHS_BODY = """
+import json, os
+from pathlib import Path
+data = Path(os.environ["WORKBENCH_MULTI30K"])
+assert (data / "val.de.gz").exists(), f"Multi30k files missing in {data}"
+assert Path(CHECKPOINT).exists(), f"no checkpoint at {CHECKPOINT}"
+json.dump({"data": str(data), "checkpoint": CHECKPOINT}, open("metrics.json", "w"))
+"""
+
+
+def _cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env,
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "workbench", "notebooks", "run", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+NOISE = re.compile(r"^INFO papermill|without encryption|^\[IPKernelApp\]", re.M)
+
+
+@pytest.mark.notebook
+def test_cli_resolves_relative_paths_before_the_kernel_starts(tmp_path):
+    """As the README has it: `export WORKBENCH_MULTI30K=<relative path>`, then run from where you stand."""
+    (tmp_path / "nbs").mkdir()
+    _write_notebook(tmp_path / "nbs" / "01_paths.ipynb", PATHS_BODY,
+                    params='SMOKE: bool = False  # s\nSEED: int = 0  # s\nCHECKPOINT: str = ""  # a checkpoint')
+    (tmp_path / "data" / "m30k").mkdir(parents=True)
+    (tmp_path / "data" / "m30k" / "val.de.gz").write_bytes(b"")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "model.pt").write_bytes(b"")
+    proc = _cli(["--out", "reports", "-p", "CHECKPOINT=runs/model.pt"], tmp_path,
+                WORKBENCH_NOTEBOOKS="nbs", WORKBENCH_MULTI30K="data/m30k")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    metrics = json.loads((tmp_path / "reports" / "01_paths" / "metrics.json").read_text())
+    assert metrics == {"data": str(tmp_path / "data" / "m30k"), "checkpoint": str(tmp_path / "runs" / "model.pt")}
+    proc = _cli(["--out", "reports", "--data-dir", "data/m30k", "-p", "CHECKPOINT=runs/model.pt", "--verbose"],
+                tmp_path, WORKBENCH_NOTEBOOKS="nbs", WORKBENCH_MULTI30K="nowhere")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "INFO papermill" in proc.stderr and "without encryption" in proc.stderr  # --verbose shows the rest
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+def test_cli_shows_one_progress_bar_and_the_table(tmp_path):
+    proc = _cli(["--smoke", "--only", "04", "--out", "reports"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    noise = NOISE.findall(proc.stderr + proc.stdout)
+    assert noise == [], f"papermill/kernel records on the console without --verbose:\n{proc.stderr}"
+    assert re.search(r"^04_masked_attention\s+ok\s+[\d.]+ s$", proc.stdout, re.M), proc.stdout
+    assert "notebooks: 100%" in proc.stderr  # the progress bar
+    assert proc.stdout.strip().endswith(f"report: {tmp_path / 'reports' / 'index.html'}")

@@ -93,3 +93,33 @@ def test_non_finite_loss_stops_with_clear_error(tmp_path):
         model.generator.weight.fill_(math.nan)
     with pytest.raises(TrainingError, match="loss became nan"):
         fit(model, tok, train[:50], val[:5], cfg, out_dir=tmp_path)
+
+
+def test_step_budget_stops_at_that_step_whatever_the_speed(tmp_path):
+    """max_steps is a budget every machine meets alike: a slower run (here: 20 ms of sleep per step) ends with the
+    very same parameters, mid-epoch, and a resumed run that had used its steps trains no further."""
+    import time
+
+    from workbench.checkpoint import load_checkpoint
+    from workbench.errors import ConfigError
+
+    def run(out, pause=0.0, resume=False):
+        model, tok, train, val, cfg = _copy_setup()
+        cfg = TrainConfig(**{**cfg.__dict__, "epochs": 50, "max_steps": 10})
+        steps = []
+        on_step = lambda s, loss: (steps.append(s), time.sleep(pause))  # noqa: E731
+        h = fit(model, tok, train[:400], val[:20], cfg, out_dir=out, callbacks={"on_step": on_step}, resume=resume)
+        return model, h, steps
+
+    fast, h_fast, steps = run(tmp_path / "fast")
+    assert steps == list(range(1, 11)) and h_fast.stopped_reason == "max steps"
+    assert 1 < len(h_fast.train_loss) < 50  # it stopped inside a later epoch, long before the epoch limit
+    assert load_checkpoint(tmp_path / "fast" / "last.pt")["step"] == 10
+    slow, h_slow, _ = run(tmp_path / "slow", pause=0.02)
+    assert h_slow.train_loss == h_fast.train_loss
+    for (n, p), (_, q) in zip(fast.state_dict().items(), slow.state_dict().items(), strict=True):
+        assert torch.equal(p, q), n
+    _, h_resumed, steps_resumed = run(tmp_path / "fast", resume=True)
+    assert steps_resumed == [] and h_resumed.stopped_reason == "max steps"
+    with pytest.raises(ConfigError, match="max_steps"):
+        TrainConfig(max_steps=0)

@@ -74,6 +74,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         arch=args.arch,
         epochs=args.epochs,
         max_minutes=args.max_minutes,
+        max_steps=args.max_steps,
         data_dir=args.data_dir,
         vocab_size=args.vocab_size,
         max_tokens=args.max_tokens,
@@ -192,15 +193,27 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
+    """One progress bar, then one line per notebook (and its error); ``--verbose`` also shows papermill's records
+    and the kernels' start-up warnings."""
     from .notebooks import parse_parameters, run_series
 
+    quiet = not (args.verbose or args.debug)
+    if quiet:
+        logging.getLogger().setLevel(logging.WARNING)
+        logging.getLogger("papermill").setLevel(logging.ERROR)  # its INFO records and parameter warnings
+        logging.getLogger("workbench.notebooks").setLevel(logging.ERROR)  # failures are in the table below
     params = parse_parameters(args.param or [])
     only = args.only or None
-    results = run_series(out_dir=Path(args.out), smoke=args.smoke, only=only, parameters=params or None)
+    out = Path(args.out).expanduser().resolve()  # the kernels run elsewhere: resolve where the user stands
+    data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else None
+    results = run_series(out_dir=out, smoke=args.smoke, only=only, parameters=params or None, data_dir=data_dir,
+                         quiet=quiet)
     failed = [r for r in results if r.get("status") != "ok"]
     for r in results:
         print(f"{r['name']:40s} {r.get('status', '?'):6s} {r.get('seconds', 0):7.1f} s")
-    print(f"report: {Path(args.out) / 'index.html'}")
+        if r.get("error"):
+            print(f"    {r['error'].splitlines()[0][:300]}")
+    print(f"report: {out / 'index.html'}")
     return 1 if failed else 0
 
 
@@ -230,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt", default="en", help="target language")
     p.add_argument("--out", required=True, help="run folder for checkpoints, tokenizer and history")
     p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="optimizer-step budget (the same model on every machine; default: no limit)")
     p.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget for training")
     p.add_argument("--data-dir", default=None, help="local Multi30k folder (else $WORKBENCH_MULTI30K or the cache)")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary size")
@@ -280,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--only", action="append", help="run only notebooks whose number or name matches (repeatable)")
     r.add_argument("--out", default="reports", help="output folder (an index.html is written there)")
     r.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook (JSON values)")
+    r.add_argument("--data-dir", default=None, help="local Multi30k folder (else $WORKBENCH_MULTI30K or the cache)")
+    r.add_argument("--verbose", action="store_true", help="also show papermill's log and the kernels' warnings")
     r.set_defaults(func=cmd_notebooks)
 
     p = sub.add_parser("pretrained", help="the trained translators that ship with the workbench")

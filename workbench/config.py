@@ -118,7 +118,8 @@ class TrainConfig:
     """The training recipe (paper section 5)."""
 
     max_tokens: int = 4096  # token budget per batch (source + target tokens, before padding)
-    epochs: int = 10  # passes over the training data (a time budget may stop earlier)
+    epochs: int = 10  # passes over the training data (a step or time budget may stop earlier)
+    max_steps: int | None = None  # optimizer-step budget (the same on every machine); None for no limit
     max_minutes: float | None = None  # wall-clock budget for training; None for no limit
     lr_factor: float = 1.0  # multiplies the warm-up schedule d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     warmup_steps: int = 4000  # linear warm-up steps of the schedule (paper: 4000)
@@ -142,6 +143,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
         _check(self.epochs > 0, "epochs", self.epochs, "use a positive number of epochs")
+        _check(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "use 1 or more, or None for no limit")
         _check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", self.max_minutes, "use a positive number or None")
         _check(self.lr_factor > 0, "lr_factor", self.lr_factor, "use a positive factor (the paper uses 1.0)")
         _check(self.warmup_steps > 0, "warmup_steps", self.warmup_steps, "use a positive number of steps (paper: 4000)")

@@ -11,6 +11,10 @@ next to its executed copy::
         02_scaled_dot_product_attention.html     HTML export, plotly.js embedded (opens offline)
         metrics.json                             what the notebook measured
 
+The kernel runs in that folder, so every path the user gave relative to where they stand (``$WORKBENCH_MULTI30K``,
+``$WORKBENCH_CACHE``, ``data_dir``, a ``CHECKPOINT`` parameter, the output folder) is made absolute against the
+caller's working directory before the kernel starts.
+
 papermill only *warns* about a parameter the notebook does not declare; :func:`check_parameters` refuses it
 (suggesting the closest name) and refuses values whose type does not match the declared annotation.
 """
@@ -41,6 +45,12 @@ PARAMETER_TYPES: dict[str, type | tuple[type, ...]] = {"bool": bool, "int": int,
 # a <script src=...> that loads plotly.js from a CDN: reports must embed plotly.js instead
 PLOTLY_CDN = re.compile(r"""<script[^>]+src=["'][^"']*(cdn\.plot\.ly|/npm/plotly|plotly[^"'/]*\.min\.js)""", re.I)
 PLOTLY_EMBEDDED = "plotly.js v"  # the banner comment at the top of the plotly.js bundle
+# environment variables holding paths that the kernel reads (made absolute before it starts in its own folder)
+PATH_ENV_VARS = ("WORKBENCH_MULTI30K", "WORKBENCH_CACHE", "WORKBENCH_NOTEBOOKS")
+# string parameters that hold paths: CHECKPOINT, and any name ending in _DIR, _FILE or _PATH
+PATH_PARAMETER = re.compile(r"^(CHECKPOINT|[A-Z0-9_]+_(DIR|FILE|PATH))$")
+# kernel flag that keeps its start-up warnings (e.g. "running over TCP without encryption") off the console
+QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
 # -- where the notebooks are ------------------------------------------------------------------------------------
@@ -151,6 +161,18 @@ def parse_parameters(items: Sequence[str]) -> dict[str, Any]:
 
 
 # -- running ----------------------------------------------------------------------------------------------------
+def _absolute(path: str | Path) -> str:
+    """``path`` made absolute against the current working directory (``~`` expanded)."""
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def resolve_path_parameters(params: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``params`` whose non-empty path parameters (``CHECKPOINT``, ``*_DIR``, ``*_FILE``, ``*_PATH``)
+    are absolute, resolved against the caller's working directory: the kernel runs in the report folder, where
+    a relative path would point nowhere."""
+    return {k: _absolute(v) if PATH_PARAMETER.match(k) and isinstance(v, str) and v else v for k, v in params.items()}
+
+
 def kernel_name_for_this_python(preferred: str = "python3") -> str:
     """A kernelspec that runs this interpreter: ``preferred`` when it exists, else the ``python3`` kernelspec is
     installed for the user (``ipykernel.kernelspec.install``), which CI machines may lack.
@@ -176,16 +198,27 @@ def kernel_name_for_this_python(preferred: str = "python3") -> str:
 
 
 @contextlib.contextmanager
-def _kernel_environment(threads: int | None = None) -> Iterator[None]:
+def _kernel_environment(threads: int | None = None, data_dir: str | Path | None = None) -> Iterator[None]:
     """Environment the kernel inherits while notebooks run.
 
     * The package's parent folder goes first on PYTHONPATH, so the kernel imports this very ``workbench`` although
-      it runs in the output folder (source checkouts without ``pip install -e .``).
+      it runs in the output folder (source checkouts without ``pip install -e .``); the other entries are made
+      absolute.
+    * The path variables of :data:`PATH_ENV_VARS` are made absolute against the caller's working directory: the
+      kernel runs in the report folder, where ``WORKBENCH_MULTI30K=../shared/data/multi30k`` points nowhere.
+    * ``data_dir`` (a local Multi30k folder) sets ``WORKBENCH_MULTI30K``, absolute too.
     * ``threads`` sets OMP_NUM_THREADS / MKL_NUM_THREADS: on a busy machine with few cores, torch's default of one
       thread per core can make the many small operations of a notebook run ten times slower.
     """
     root = str(Path(__file__).resolve().parents[1])
-    changes = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    inherited = [_absolute(p or ".") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)] \
+        if os.environ.get("PYTHONPATH") else []
+    changes = {"PYTHONPATH": os.pathsep.join([root, *inherited])}
+    for name in PATH_ENV_VARS:
+        if os.environ.get(name):
+            changes[name] = _absolute(os.environ[name])
+    if data_dir is not None:
+        changes["WORKBENCH_MULTI30K"] = _absolute(data_dir)
     if threads is not None:
         if threads < 1:
             raise NotebookParameterError(f"threads={threads}: use 1 or more, or None for torch's default")
@@ -247,6 +280,8 @@ def run_notebook(
     html_report: bool = True,
     raise_on_error: bool = False,
     threads: int | None = None,
+    data_dir: str | Path | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Execute one notebook with papermill in ``out_dir/NN_name/`` and collect what it measured.
 
@@ -260,10 +295,15 @@ def run_notebook(
         html_report: also write the HTML export.
         raise_on_error: re-raise a failing cell's error instead of returning ``status="failed"``.
         threads: torch threads in the kernel (OMP_NUM_THREADS); None keeps torch's default (one per core).
+        data_dir: a local Multi30k folder for the kernel (sets ``WORKBENCH_MULTI30K``).
+        quiet: keep the kernel's start-up warnings off the console (they are not the notebook's output).
+
+    Relative paths (``out_dir``, ``data_dir``, path parameters, path environment variables) are resolved against
+    the current working directory before the kernel starts in its own folder.
 
     Returns:
         ``{"name", "status" ("ok" | "failed"), "seconds", "metrics" (the notebook's metrics.json, {} if none),
-        "parameters", "notebook" (executed .ipynb), "html" (or None), "html_offline" (no CDN plotly.js),
+        "parameters" (path parameters made absolute), "notebook" (executed .ipynb), "html" (or None), "html_offline" (no CDN plotly.js),
         "error" (only when failed)}``.
 
     Raises:
@@ -276,6 +316,7 @@ def run_notebook(
     if smoke:
         params["SMOKE"] = True
     check_parameters(path, params)
+    params = resolve_path_parameters(params)
     kernel = kernel_name_for_this_python(kernel_name)
     work = Path(out_dir).resolve() / path.stem
     work.mkdir(parents=True, exist_ok=True)
@@ -286,10 +327,11 @@ def run_notebook(
     log.info("running %s with %s", path.name, params or "default parameters")
     start = time.perf_counter()
     try:
-        with _kernel_environment(threads):
+        with _kernel_environment(threads, data_dir):
             papermill.execute_notebook(
                 str(path), str(executed), parameters=params, kernel_name=kernel, cwd=str(work),
                 progress_bar=False, log_output=False, execution_timeout=timeout, start_timeout=180,
+                extra_arguments=list(QUIET_KERNEL_ARGS) if quiet else [],
             )
         result["status"] = "ok"
     except Exception as exc:  # papermill's PapermillExecutionError carries the failing cell's ename/evalue
@@ -366,6 +408,8 @@ def run_series(
     kernel_name: str = "python3",
     timeout: int | None = None,
     threads: int | None = None,
+    data_dir: str | Path | None = None,
+    quiet: bool = False,
 ) -> list[dict[str, Any]]:
     """Run the numbered notebooks in order and write their reports plus ``out_dir/index.html``.
 
@@ -376,14 +420,14 @@ def run_series(
         parameters: values applied to every notebook that declares them; a name that no selected notebook
             declares is an error (with the closest declared name).
         directory: the notebook folder (default: see :func:`notebooks_dir`).
-        kernel_name, timeout, threads: as in :func:`run_notebook`.
+        kernel_name, timeout, threads, data_dir, quiet: as in :func:`run_notebook`.
 
     Returns:
         One result dict per notebook (see :func:`run_notebook`); a failing notebook does not stop the series.
     """
     from tqdm.auto import tqdm
 
-    out = Path(out_dir)
+    out = Path(_absolute(out_dir))  # resolved here, where the caller stands
     notebooks = select_notebooks(list_notebooks(directory), only)
     declared = {p: notebook_parameters(p) for p in notebooks}
     parameters = dict(parameters or {})
@@ -394,10 +438,12 @@ def run_series(
         hints = ", ".join(f"{u} (did you mean {c[0]}?)" if c else u for u, c in close.items())
         raise NotebookParameterError(f"no selected notebook has the parameter(s) {hints}; known: {sorted(known)}")
     results: list[dict[str, Any]] = []
-    for nb in tqdm(notebooks, desc="notebooks", unit="nb"):
+    bar = tqdm(notebooks, desc="notebooks", unit="nb")
+    for nb in bar:
+        bar.set_postfix_str(nb.stem, refresh=True)
         own = {k: v for k, v in parameters.items() if k in declared[nb]}
         results.append(run_notebook(nb, out, parameters=own, smoke=smoke, kernel_name=kernel_name, timeout=timeout,
-                                    threads=threads))
+                                    threads=threads, data_dir=data_dir, quiet=quiet))
         write_index(results, out)  # refreshed after every notebook, so a long series can be watched
     return results
 
@@ -409,11 +455,13 @@ def main_run(
     params: Sequence[str] | dict[str, Any] | None = None,
     directory: str | Path | None = None,
     threads: int | None = None,
+    data_dir: str | Path | None = None,
 ) -> int:
     """Entry point for ``workbench notebooks run``: runs the series and returns the exit code (0: all ran).
 
     ``params`` may be ``NAME=VALUE`` strings (parsed with :func:`parse_parameters`) or a dict.
     """
     parameters = parse_parameters(params) if params and not isinstance(params, dict) else dict(params or {})
-    results = run_series(out, smoke=smoke, only=only, parameters=parameters, directory=directory, threads=threads)
+    results = run_series(out, smoke=smoke, only=only, parameters=parameters, directory=directory, threads=threads,
+                         data_dir=data_dir)
     return 0 if all(r["status"] == "ok" for r in results) else 1

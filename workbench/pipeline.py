@@ -80,7 +80,10 @@ def train_translation(
     val_tgt: str | None = None,
     **train_overrides: Any,
 ) -> dict[str, Any]:
-    """Train a translator and write its run folder; returns a summary (also saved as ``summary.json``)."""
+    """Train a translator and write its run folder; returns a summary (also saved as ``summary.json``).
+
+    Under ``torchrun`` every rank returns the summary and only rank 0 writes files (checkpoints and the summary).
+    """
     from .checkpoint import load_checkpoint
     from .config import TrainConfig
     from .runtime import set_seed
@@ -128,7 +131,10 @@ def train_translation(
         "stopped_reason": history.stopped_reason,
         "out_dir": str(out),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
@@ -180,22 +186,51 @@ def evaluate_checkpoint(
     return result
 
 
+# the modules whose code decides what a trained model is: a change to any of them invalidates cached models
+TRAINING_CODE = ("attention", "batching", "config", "data", "masks", "model", "pipeline", "positional", "rnn",
+                 "runtime", "tokenizer", "train")
+
+
+def training_code_fingerprint() -> str:
+    """SHA-256 (first 16 hex digits) of the source files of :data:`TRAINING_CODE`, read now from disk."""
+    import hashlib
+    import importlib
+
+    digest = hashlib.sha256()
+    for name in TRAINING_CODE:
+        module = importlib.import_module(f"{__package__}.{name}")
+        digest.update(name.encode() + b"\0" + Path(module.__file__).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _package_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
 def get_translator(
     cache_dir: str | Path | None = None,
     preset_name: str = "small",
     src: str = "de",
     tgt: str = "en",
-    minutes: float = 5.0,
+    minutes: float | None = 5.0,
     limit: int | None = None,
     vocab_size: int = 8000,
     arch: str = "transformer",
     seed: int = 0,
     checkpoint: str | Path | None = None,
     data_dir: str | Path | None = None,
+    max_steps: int | None = None,
     **train_overrides: Any,
 ) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
-    """A trained translator for the notebooks: from ``checkpoint`` if given, else from a cache folder keyed by the
-    settings, else trained now (and cached). Returns (model in eval mode, tokenizer, checkpoint dict)."""
+    """A trained translator for the notebooks: from ``checkpoint`` if given, else from a cache folder, else
+    trained now (and cached). Returns (model in eval mode, tokenizer, checkpoint dict).
+
+    The budget is ``max_steps`` optimizer steps (the same model on every machine) and/or ``minutes`` of wall-clock
+    time; give at least one. The cache folder is keyed by the settings, the package version and a hash of the
+    training code (:func:`training_code_fingerprint`), so a model trained by older code is never reused.
+    """
     import hashlib
 
     from platformdirs import user_cache_dir
@@ -204,16 +239,19 @@ def get_translator(
 
     if checkpoint:
         return load_model(checkpoint)
-    settings = dict(preset=preset_name, src=src, tgt=tgt, minutes=minutes, limit=limit, vocab=vocab_size, arch=arch,
-                    seed=seed, **train_overrides)
-    key = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    if minutes is None and max_steps is None:
+        raise ConfigError("get_translator needs a budget: pass max_steps (optimizer steps) or minutes, or both")
+    settings = dict(preset=preset_name, src=src, tgt=tgt, minutes=minutes, max_steps=max_steps, limit=limit,
+                    vocab=vocab_size, arch=arch, seed=seed, **train_overrides)
+    identity = dict(settings, version=_package_version(), code=training_code_fingerprint())
+    key = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
     root = Path(cache_dir) if cache_dir else Path(os.environ.get("WORKBENCH_CACHE", user_cache_dir("attention-workbench")))
     run = root / "models" / f"{arch}-{preset_name}-{src}{tgt}-{key}"
     if not (run / "last.pt").exists():
-        log.info("training %s into %s (%.1f min budget)", arch, run, minutes)
+        log.info("training %s into %s (budget: %s steps, %s minutes)", arch, run, max_steps, minutes)
         train_translation(preset_name=preset_name, src=src, tgt=tgt, out_dir=run, arch=arch, epochs=1000,
                           max_minutes=minutes, data_dir=data_dir, vocab_size=vocab_size, limit=limit, seed=seed,
-                          **train_overrides)
+                          max_steps=max_steps, **train_overrides)
     model, tokenizer, state = load_model(run / "last.pt")
     state["run_dir"] = str(run)
     return model, tokenizer, state

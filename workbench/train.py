@@ -67,7 +67,7 @@ class History:
     steps: list[int] = field(default_factory=list)  # optimizer step at each logged step loss
     step_loss: list[float] = field(default_factory=list)  # training loss at those steps
     best_epoch: int | None = None  # epoch (1-based) with the lowest validation loss
-    stopped_reason: str = ""  # "epochs", "time budget", "early stopping"
+    stopped_reason: str = ""  # "epochs", "max steps", "time budget", "early stopping"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +105,19 @@ def _encode(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_len: int) -> t
     return [src[i] for i in keep], [tgt[i] for i in keep]
 
 
+def _any_rank(flag: bool, distributed: bool, device: torch.device) -> bool:
+    """True when ``flag`` is true on any rank (a MAX all-reduce), so that every rank takes the same branch.
+
+    A decision that one rank takes alone (its own clock says the time budget is spent) would let it leave the
+    loop while the others wait for it in the next gradient all-reduce. Without a process group: ``flag``.
+    """
+    if not distributed:
+        return flag
+    vote = torch.tensor([1 if flag else 0], device=device)
+    dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+    return bool(vote.item())
+
+
 def _batches(src: list[list[int]], tgt: list[list[int]], idx: list[list[int]], pad_id: int) -> list[Batch]:
     return [make_batch([src[i] for i in b], [tgt[i] for i in b], pad_id) for b in idx]
 
@@ -122,6 +135,11 @@ def fit(
     keep_last: int = 5,
 ) -> History:
     """Train ``model`` (Transformer or RNN baseline) and return its :class:`History`.
+
+    Training stops after ``cfg.epochs`` epochs, or earlier at ``cfg.max_steps`` optimizer steps (a budget that
+    gives the same model on every machine), at ``cfg.max_minutes`` of wall-clock time, or by early stopping
+    (``cfg.patience``). Under ``torchrun`` the ranks vote on the time budget and on early stopping, so they all
+    stop at the same step.
 
     Checkpoints go to ``out_dir`` after every epoch and every ``cfg.checkpoint_every`` steps
     (``ckpt_stepNNNNNNN.pt``, the last ``keep_last`` kept for averaging), plus ``last.pt`` and ``best.pt`` at
@@ -190,6 +208,9 @@ def fit(
         bad_epochs = len(history.val_loss) - history.best_epoch
     stop = ""
     for epoch in range(start_epoch, cfg.epochs):
+        if cfg.max_steps is not None and step >= cfg.max_steps:  # resumed from a run that had used its steps
+            stop = history.stopped_reason = "max steps"
+            break
         idx = token_batches(src_lens, tgt_lens, cfg.max_tokens, shuffle=True, seed=cfg.seed, epoch=epoch, world_size=world, rank=rank)
         if cfg.accum_steps > 1 and len(idx) >= cfg.accum_steps:
             # every optimizer step sees exactly accum_steps micro-batches (as every DDP step sees world_size batches)
@@ -238,7 +259,11 @@ def fit(
             ep_loss += float(loss_sum.detach())
             ep_tok += n_tok
             ep_all_tok += n_tok + batch.n_src_tokens
-            if budget is not None and time.perf_counter() - t0 > budget:
+            if cfg.max_steps is not None and step >= cfg.max_steps:
+                stop = "max steps"  # every rank counts the same steps: no vote needed
+                break
+            # each rank reads its own clock: they vote, or one rank could leave while another waits for it
+            if budget is not None and _any_rank(time.perf_counter() - t0 > budget, distributed, device):
                 stop = "time budget"
                 break
         bar.close()
@@ -272,7 +297,7 @@ def fit(
             "" if history.model_tflops_per_s[-1] is None else f", {history.model_tflops_per_s[-1]:.3g} TFLOP/s",
             f", MFU {history.mfu[-1]:.1%}" if history.mfu[-1] is not None else "",
         )
-        if cfg.patience is not None and bad_epochs >= cfg.patience:
+        if cfg.patience is not None and _any_rank(bad_epochs >= cfg.patience, distributed, device):
             stop = stop or "early stopping"
         if stop == "" and epoch + 1 == cfg.epochs:
             stop = "epochs"
@@ -289,7 +314,7 @@ def fit(
             (out / "history.json").write_text(json.dumps(history.to_dict(), indent=1))
         if "on_epoch_end" in callbacks:
             callbacks["on_epoch_end"](epoch + 1, history)
-        if stop in ("time budget", "early stopping"):
+        if stop in ("max steps", "time budget", "early stopping"):
             break
     model.eval()
     return history
