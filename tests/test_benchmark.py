@@ -68,11 +68,12 @@ def test_without_hook_points_is_the_same_model_minus_the_taps(norm_first):
     assert not any(isinstance(m, HookPoint) for m in bare.modules())
     assert bare.state_dict().keys() == model.state_dict().keys()
     src, tgt = benchmark._batch(300, 8, 9, 8, torch.device("cpu"))
-    model.eval(), bare.eval()
+    model.eval()
+    bare.eval()
     with torch.no_grad():
         assert torch.equal(bare(src, tgt), model(src, tgt))
-    model.train(), bare.train()
     for m in (model, bare):
+        m.train()
         torch.manual_seed(1)  # the same dropout masks
         m(src, tgt).sum().backward()
     for (name, p), (_, q) in zip(model.named_parameters(), bare.named_parameters(), strict=True):

@@ -415,11 +415,13 @@ def suite_capture(device: torch.device, quick: bool) -> dict[str, Any]:
 
         return run
 
-    model.eval(), bare.eval()
+    for m in (model, bare):
+        m.eval()
     with torch.no_grad():
         fwd = race({"without_hook_points": forward(bare), "hook_points_no_hooks": forward(model),
                     "capture_all": captured}, rounds, device)
-    model.train(), bare.train()
+    for m in (model, bare):
+        m.train()
     trn = race({"without_hook_points": train(bare), "hook_points_no_hooks": train(model)}, rounds, device)
     f, t = fwd["median_s"], trn["median_s"]
     return {
