@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from workbench.batching import make_batch, token_batches
+from workbench.batching import make_batch, padded_length, token_batches
 
 
 def test_make_batch_shifts_target_by_one():
@@ -52,3 +52,58 @@ def test_rank_shards_are_disjoint_and_equal(lengths):
     assert len({len(s) for s in shards}) == 1
     seen = [i for s in shards for b in s for i in b]
     assert len(seen) == len(set(seen))
+
+
+def test_padded_length_rounds_up_within_limit():
+    assert [padded_length(n, 8) for n in (1, 7, 8, 9, 16, 17)] == [8, 8, 8, 16, 16, 24]
+    assert padded_length(13, 1) == 13
+    assert padded_length(30, 8, limit=28) == 30 and padded_length(25, 8, limit=28) == 28  # never below n
+    with pytest.raises(ValueError, match="multiple"):
+        padded_length(5, 0)
+
+
+def test_bucketed_batches_land_in_buckets_and_keep_the_budget(lengths):
+    src, tgt = lengths
+    rng = random.Random(1)
+    batches = token_batches(src, tgt, max_tokens=800, seed=1, epoch=0, pad_multiple=8)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    shapes = set()
+    for idx in batches:
+        src_ids = [[rng.randint(4, 99) for _ in range(src[i])] for i in idx]
+        tgt_ids = [[2] + [rng.randint(4, 99) for _ in range(tgt[i] - 1)] + [3] for i in idx]  # length tgt[i] + 1
+        b = make_batch(src_ids, tgt_ids, pad_id=0, pad_multiple=8)
+        S, T = b.src.shape[1], b.tgt_in.shape[1]
+        assert S % 8 == 0 and T % 8 == 0
+        assert S - 8 < max(src[i] for i in idx) <= S and T - 8 < max(tgt[i] for i in idx) <= T
+        assert len(idx) * (S + T) <= 800 or len(idx) == 1  # the budget holds on the padded shapes
+        assert b.n_src_tokens == sum(src[i] for i in idx) and b.n_tgt_tokens == sum(tgt[i] for i in idx)
+        shapes.add((S, T))
+    # source and target lengths 3..45 give at most 6 x 6 buckets, whatever the number of batches
+    assert len(batches) > 36 and len(shapes) <= 36
+    capped = make_batch([[5] * 30], [[2] + [6] * 29 + [3]], pad_id=0, pad_multiple=8, max_len=31)
+    assert capped.src.shape == (1, 31) and capped.tgt_in.shape == (1, 31)
+
+
+def test_extra_padding_leaves_loss_and_gradients_unchanged():
+    """Rounding lengths up adds only masked source keys and ignored target positions."""
+    from workbench import build_model, preset
+    from workbench.train import step_loss
+
+    rng = random.Random(2)
+    src_ids = [[rng.randint(4, 59) for _ in range(n)] for n in (5, 9, 3)]
+    tgt_ids = [[2] + [rng.randint(4, 59) for _ in range(n)] + [3] for n in (4, 10, 6)]
+    plain, bucketed = make_batch(src_ids, tgt_ids, 0), make_batch(src_ids, tgt_ids, 0, pad_multiple=8)
+    assert plain.src.shape == (3, 9) and bucketed.src.shape == (3, 16) and bucketed.tgt_in.shape == (3, 16)
+    torch.manual_seed(0)
+    model = build_model(preset("tiny"), 60, 60).train()  # tiny has dropout 0: both runs see the same function
+    results = []
+    for b in (plain, bucketed):
+        model.zero_grad(set_to_none=True)
+        loss, n = step_loss(model, model, b, pad_id=0, eps=0.1)
+        loss.backward()
+        results.append((loss.detach(), n, {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (l1, n1, g1), (l2, n2, g2) = results
+    assert n1 == n2 == 23
+    torch.testing.assert_close(l2, l1, rtol=1e-5, atol=1e-5)
+    for k in g1:
+        torch.testing.assert_close(g2[k], g1[k], rtol=1e-4, atol=1e-6, msg=k)

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
+from workbench.benchmark import SUITES
 from workbench.cli import main
 from workbench.errors import CheckpointError
 
@@ -56,20 +62,61 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
         main(["--debug", "translate", "--checkpoint", str(tmp_path / "missing.pt"), "hallo"])
 
 
+def _check_race(rounds, median_s):
+    """At least 5 rounds, the order reversed every round, and each median taken over those rounds."""
+    assert len(rounds) >= 5
+    first = rounds[0]["order"]
+    assert [r["order"] for r in rounds] == [first if i % 2 == 0 else first[::-1] for i in range(len(rounds))]
+    assert set(first) == set(median_s)
+    for name, value in median_s.items():
+        assert value == pytest.approx(statistics.median(r["s"][name] for r in rounds), rel=1e-9)
+
+
 def test_bench_quick_prints_table_and_writes_json(tmp_path, capsys, multi30k_dir, monkeypatch):
     monkeypatch.setenv("WORKBENCH_MULTI30K", str(multi30k_dir))
     assert main(["bench", "--quick", "--json", str(tmp_path / "b.json")]) == 0
     table = capsys.readouterr().out
-    assert "training step vs nn.Transformer" in table and "decoding" in table
     report = json.loads((tmp_path / "b.json").read_text())
-    assert set(report) >= {"machine", "torch", "device", "attention", "train_step", "capture", "decoding", "e2e", "sdpa"}
-    assert [r["n"] for r in report["attention"]["rows"]] == [32, 64]
-    assert all(r["ms"]["ours_fused"] > 0 and r["ms"]["nn.MultiheadAttention"] > 0 for r in report["attention"]["rows"])
-    assert report["train_step"]["rows"][0]["ratio_ours_over_nn"] > 0
-    assert report["decoding"]["output_tokens"] == 40 and report["decoding"]["greedy_cache_speedup"] > 0
-    assert report["e2e"]["tokens_per_s"] > 0 and report["e2e"]["model_tflops_per_s"] > 0
-    # the fused path really reaches a fused SDPA kernel, in training and in evaluation
-    assert report["sdpa"]["train"] and report["sdpa"]["eval"]
+    # where the figures come from
+    assert report["suites"] == list(SUITES) and set(report) >= set(SUITES)
+    assert report["torch"] == torch.__version__ and report["command"] == sys.argv
+    assert {"machine", "cpu_model", "threads", "device", "commit", "dirty", "started_utc", "finished_utc"} <= set(report)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parents[1], capture_output=True, text=True)
+    assert report["commit"] == (head.stdout.strip() if head.returncode == 0 else None)
+
+    a = report["attention"]["rows"]
+    assert [r["n"] for r in a] == [32, 64]
+    for r in a:
+        _check_race(r["rounds"], {k: v / 1e3 for k, v in r["ms"].items()})
+        assert r["fused_over_nn"] == pytest.approx(r["ms"]["ours_fused"] / r["ms"]["nn.MultiheadAttention"])
+
+    (t,) = report["train_step"]["rows"]
+    assert t["preset"] == "tiny"
+    _check_race(t["rounds"], t["step_s"])
+    assert t["ratio_ours_over_nn"] == pytest.approx(t["step_s"]["ours"] / t["step_s"]["nn.Transformer"])
+    assert f"{t['ratio_ours_over_nn']:.2f}" in next(line for line in table.splitlines() if line.strip().startswith("tiny"))
+
+    c = report["capture"]
+    _check_race(c["forward_rounds"], {k: v / 1e3 for k, v in c["forward_ms"].items()})
+    _check_race(c["train_rounds"], {k: v / 1e3 for k, v in c["train_fwd_bwd_ms"].items()})
+    assert set(c["forward_ms"]) == {"without_hook_points", "hook_points_no_hooks", "capture_all"}
+    f = c["forward_ms"]
+    assert c["inactive_overhead_pct"] == pytest.approx(100 * (f["hook_points_no_hooks"] / f["without_hook_points"] - 1))
+
+    d = report["decoding"]
+    assert d["output_tokens"] == 40
+    for name in ("greedy", "beam4"):
+        medians = {k: statistics.median(r["s"][k] for r in d[f"{name}_rounds"]) for k in ("cached", "uncached")}
+        _check_race(d[f"{name}_rounds"], medians)
+        assert d[f"{name}_cached_sent_per_s"] == pytest.approx(d["sentences"] / medians["cached"])
+        assert d[f"{name}_cache_speedup"] == pytest.approx(medians["uncached"] / medians["cached"])
+
+    e = report["e2e"]
+    assert e["preset"] == "tiny" and e["pairs"] == 600
+    assert 0 < e["src_padding_fraction"] < 0.5 and 0 < e["tgt_padding_fraction"] < 0.5  # sorted by length: little
+    # the fused path really reaches a fused SDPA kernel, and the reference the same one, with the same dropout calls
+    assert any("flash" in k or "efficient" in k for k in report["sdpa"]["train"])
+    assert report["sdpa"]["train"] == report["sdpa"]["nn.Transformer_train"]
 
 
 def test_bench_one_suite_and_unknown_suite(tmp_path, capsys):

@@ -6,6 +6,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import workbench as wb
+from workbench import build_model, preset
 from workbench.flops import forward_flops, mfu, model_train_flops, peak_flops, train_step_flops
 
 
@@ -41,12 +42,21 @@ def test_peak_and_mfu(monkeypatch):
 
 
 def test_benchmark_reference_has_our_parameter_count():
-    """The nn.Transformer we race against is the same size (it adds only a final LayerNorm per stack)."""
+    """The nn.Transformer we race against is the same size (its extra final LayerNorms of a post-LN stack removed)."""
     from workbench import build_model, preset
     from workbench.benchmark import NNTransformer
 
-    for name in ("tiny", "small", "base"):  # base ties the source embedding too (paper section 3.4)
-        cfg = preset(name)
-        ours = sum(p.numel() for p in build_model(cfg, 500, 500).parameters())  # shared tensors counted once
+    # base ties the source embedding too (paper section 3.4); shared tensors counted once
+    for cfg in (preset("tiny"), preset("small"), preset("small", norm_first=True), preset("base")):
+        ours = sum(p.numel() for p in build_model(cfg, 500, 500).parameters())
         ref = sum(p.numel() for p in NNTransformer(cfg, 500).parameters())
-        assert ref - ours == 2 * 2 * cfg.d_model  # encoder.norm and decoder.norm, weight and bias
+        assert ref == ours
+
+
+def test_projection_flops_count_real_targets_only():
+    cfg, vocab = preset("tiny"), 300
+    full = forward_flops(cfg, 3, 7, 9, vocab)
+    assert full - forward_flops(cfg, 3, 7, 9, vocab, n_projected=20) == 2 * (27 - 20) * cfg.d_model * vocab
+    model = build_model(cfg, vocab, vocab)
+    src, tgt = torch.ones(3, 7, dtype=torch.long), torch.ones(3, 9, dtype=torch.long)
+    assert model_train_flops(model, src, tgt, n_projected=20) == 3 * forward_flops(cfg, 3, 7, 9, vocab, n_projected=20)

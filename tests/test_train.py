@@ -9,11 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from workbench import TrainConfig, TrainingError, build_model, preset
+from workbench.batching import make_batch
 from workbench.data import synthetic_pairs
 from workbench.decode import translate
 from workbench.metrics import exact_match
 from workbench.tokenizer import WordTokenizer
-from workbench.train import History, fit, label_smoothed_loss, rate
+from workbench.train import History, evaluate, fit, label_smoothed_loss, rate, step_loss
 
 
 def test_schedule_is_the_papers_formula():
@@ -37,6 +38,74 @@ def test_loss_ignores_padding_and_matches_manual():
         y = targets[b, t]
         manual += -(0.9 * logp[b, t, y] + 0.1 * logp[b, t].mean())
     assert loss.item() == pytest.approx(manual.item(), rel=1e-5)
+
+
+def _padded_batch(vocab=60, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = [torch.randint(4, vocab, (n,), generator=g).tolist() for n in (6, 9, 2, 7)]
+    tgt = [[2, *torch.randint(4, vocab, (n,), generator=g).tolist(), 3] for n in (3, 11, 1, 7)]
+    return make_batch(src, tgt, pad_id=0)  # targets (4, 12), 26 of 48 real
+
+
+@pytest.mark.parametrize("arch", ["post-LN", "pre-LN", "untied"])
+def test_step_loss_projects_only_real_targets_and_equals_full_projection(arch):
+    """Gathering the real target rows before the vocabulary projection changes neither loss nor gradients."""
+    cfg = preset("tiny", norm_first=arch == "pre-LN", tie_output=arch != "untied")
+    torch.manual_seed(0)
+    model = build_model(cfg, 60, 60).train()  # tiny: dropout 0, so both passes compute the same function
+    batch = _padded_batch()
+    assert batch.n_tgt_tokens == 26 and batch.tgt_out.numel() == 48
+
+    full, n_full = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, eps=0.1)
+    full.backward()
+    expected = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    rows = []
+    handle = model.generator.register_forward_hook(lambda _m, inp, _out: rows.append(inp[0].shape))
+    loss, n = step_loss(model, model, batch, pad_id=0, eps=0.1)
+    handle.remove()
+    loss.backward()
+    assert rows == [torch.Size([26, cfg.d_model])]  # the projection saw the real targets only
+    assert n == n_full == 26
+    torch.testing.assert_close(loss, full, rtol=1e-6, atol=1e-5)
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[k], rtol=1e-5, atol=1e-7, msg=k)
+
+
+def test_step_loss_of_the_recurrent_baseline_equals_full_logits():
+    from workbench.rnn import RNNConfig, build_rnn
+
+    torch.manual_seed(0)
+    model = build_rnn(RNNConfig(d_model=16, dropout=0.0), 60, 60)
+    batch = _padded_batch()
+    full, _ = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0, eps=0.1)
+    loss, n = step_loss(model, model, batch, pad_id=0, eps=0.1)
+    assert n == 26
+    torch.testing.assert_close(loss, full)
+
+
+def test_evaluate_equals_full_logit_formulas():
+    torch.manual_seed(0)
+    model = build_model(preset("tiny"), 60, 60)
+    batches = [_padded_batch(seed=0), _padded_batch(seed=1)]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(15):  # fit the batches a little, so that some (not all) predictions are right
+        for b in batches:
+            opt.zero_grad()
+            label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0)[0].backward()
+            opt.step()
+    result = evaluate(model, batches, pad_id=0)
+    total, n, correct = 0.0, 0, 0
+    with torch.no_grad():
+        for b in batches:
+            logits = model(b.src, b.tgt_in)  # (B, T, V), padding positions included
+            real = b.tgt_out != 0
+            total += F.cross_entropy(logits.reshape(-1, 60), b.tgt_out.reshape(-1), ignore_index=0, reduction="sum").item()
+            n += int(real.sum())
+            correct += int(((logits.argmax(-1) == b.tgt_out) & real).sum())
+    assert result["loss"] == pytest.approx(total / n, rel=1e-5)
+    assert result["accuracy"] == correct / n and 0 < correct < n
 
 
 def _copy_setup(seed=0):

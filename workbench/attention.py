@@ -24,18 +24,32 @@ from torch import Tensor, nn
 from .capture import HookPoint, tap
 from .masks import causal_mask
 
-_FUSED_ZEROES_EMPTY_ROWS: dict[str, bool] = {}
+
+def _probe_fused_zeroes_empty_rows(device: torch.device) -> bool:
+    """Run SDPA once on a query whose only key is masked: does this torch return zeros there (not NaN)?"""
+    q = torch.ones(1, 1, 1, 2, device=device)
+    mask = torch.zeros(1, 1, 1, 1, dtype=torch.bool, device=device)
+    out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    return bool((out == 0).all())
+
+
+# probed eagerly, once per device type: the CPU at import (a 1x2 tensor, microseconds), accelerators at their first
+# eager call; a traced (torch.compile) forward only reads this table, so it has no data-dependent branch
+_FUSED_ZEROES_EMPTY_ROWS: dict[str, bool] = {"cpu": _probe_fused_zeroes_empty_rows(torch.device("cpu"))}
 
 
 def _fused_zeroes_empty_rows(device: torch.device) -> bool:
-    """Does this torch's SDPA already return zeros for fully masked rows on this device type? (probed once)."""
-    key = device.type
-    if key not in _FUSED_ZEROES_EMPTY_ROWS:
-        q = torch.ones(1, 1, 1, 2, device=device)
-        mask = torch.zeros(1, 1, 1, 1, dtype=torch.bool, device=device)
-        out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
-        _FUSED_ZEROES_EMPTY_ROWS[key] = bool((out == 0).all())
-    return _FUSED_ZEROES_EMPTY_ROWS[key]
+    """Does this torch's SDPA already return zeros for fully masked rows on this device type?
+
+    Unknown while tracing (the first call on a new device type is inside ``torch.compile``): answer False, so the
+    rows are zeroed explicitly, which is correct whatever the kernel does.
+    """
+    known = _FUSED_ZEROES_EMPTY_ROWS.get(device.type)
+    if known is None:
+        if torch.compiler.is_compiling():
+            return False
+        known = _FUSED_ZEROES_EMPTY_ROWS[device.type] = _probe_fused_zeroes_empty_rows(device)
+    return known
 
 
 def scaled_dot_product_attention(

@@ -54,20 +54,45 @@ class Batch:
         return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.pad_id)
 
 
-def pad_to_tensor(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
-    """Right-pad id lists into a (B, max_len) long tensor."""
-    width = max((len(s) for s in seqs), default=0)
-    out = torch.full((len(seqs), max(width, 1)), pad_id, dtype=torch.long)
+def padded_length(n: int, multiple: int = 1, limit: int | None = None) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (not beyond ``limit``, never below ``n``).
+
+    Rounding the padded batch lengths up (e.g. to a multiple of 8) leaves a compiled model a few distinct shapes
+    to specialise for, instead of one per batch; masks keep the extra padding out of attention and the loss.
+    """
+    if multiple < 1:
+        raise ValueError(f"invalid multiple={multiple!r}: use 1 (no rounding) or more, e.g. 8")
+    rounded = -(-n // multiple) * multiple
+    return max(n, rounded if limit is None else min(rounded, limit))
+
+
+def pad_to_tensor(seqs: Sequence[Sequence[int]], pad_id: int, width: int | None = None) -> Tensor:
+    """Right-pad id lists into a (B, width) long tensor (``width`` defaults to the longest list)."""
+    longest = max((len(s) for s in seqs), default=0)
+    width = max(longest if width is None else max(width, longest), 1)
+    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         if s:
             out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
     return out
 
 
-def make_batch(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], pad_id: int = 0) -> Batch:
-    """Build a :class:`Batch` from id lists; targets are ``[bos, y1 .. yn, eos]`` as the tokenizer encodes them."""
-    tgt = pad_to_tensor(tgt_ids, pad_id)  # (B, T + 1)
-    return Batch(pad_to_tensor(src_ids, pad_id), tgt[:, :-1], tgt[:, 1:], pad_id)
+def make_batch(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]],
+    pad_id: int = 0,
+    pad_multiple: int = 1,
+    max_len: int | None = None,
+) -> Batch:
+    """Build a :class:`Batch` from id lists; targets are ``[bos, y1 .. yn, eos]`` as the tokenizer encodes them.
+
+    ``pad_multiple > 1`` pads the source length S and the shifted target length T up to a multiple of it (not
+    beyond ``max_len``), so batches fall into a few shape buckets.
+    """
+    S = padded_length(max((len(s) for s in src_ids), default=0), pad_multiple, max_len)
+    T = padded_length(max((len(t) for t in tgt_ids), default=1) - 1, pad_multiple, max_len)
+    tgt = pad_to_tensor(tgt_ids, pad_id, T + 1)  # (B, T + 1)
+    return Batch(pad_to_tensor(src_ids, pad_id, S), tgt[:, :-1], tgt[:, 1:], pad_id)
 
 
 def token_batches(
@@ -79,6 +104,7 @@ def token_batches(
     epoch: int = 0,
     world_size: int = 1,
     rank: int = 0,
+    pad_multiple: int = 1,
 ) -> list[list[int]]:
     """Group example indices into batches of similar length under a token budget.
 
@@ -86,6 +112,7 @@ def token_batches(
     (ties broken at random), packed greedily, then the batch order is shuffled with a generator seeded from
     ``(seed, epoch)``, so every epoch differs but runs repeat exactly. With ``world_size > 1``, batches are dealt
     round-robin and trimmed so every rank gets the same number of batches and no batch goes to two ranks.
+    ``pad_multiple`` counts the cost on lengths rounded up as :func:`make_batch` will pad them.
     """
     n = len(src_lens)
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
@@ -96,7 +123,7 @@ def token_batches(
     max_s = max_t = 0
     for i in order:
         s, t = max(max_s, src_lens[i]), max(max_t, tgt_lens[i])
-        if current and (len(current) + 1) * (s + t) > max_tokens:
+        if current and (len(current) + 1) * (padded_length(s, pad_multiple) + padded_length(t, pad_multiple)) > max_tokens:
             batches.append(current)
             current, s, t = [], src_lens[i], tgt_lens[i]
         current.append(i)

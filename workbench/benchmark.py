@@ -2,18 +2,31 @@
 
     workbench bench [--quick] [--suite attention --suite train_step ...] [--json bench.json] [--device auto]
 
-Suites (each figure is the median of repeats; competing variants are interleaved so machine noise hits them alike):
+The JSON carries what a published figure needs: machine, threads, torch version, device, the git commit (and
+whether the tree had uncommitted changes), the command line and the time. Every figure in the README comes from
+such a file committed under ``bench/results/``.
+
+Rivals are raced, not timed one after the other: each round runs every variant once, and the order alternates
+from round to round (A B, B A, A B, ...) so drift of the machine and the cost of going first hit both alike. Each
+figure is the median over at least :data:`MIN_ROUNDS` rounds; every round's times are in the JSON.
+
+Suites:
 
 * ``attention``  — self-attention forward+backward across sequence lengths: ours fused (SDPA), ours explicit
   (weights materialised, the path that returns them) and ``nn.MultiheadAttention``; peak memory of each.
 * ``train_step`` — one training step (forward, label-smoothed loss, backward, Adam) of each preset vs
-  ``nn.Transformer`` of the same sizes with the same embeddings and generator, as a ratio ours / nn; analytic
-  TFLOP/s and MFU (where the device's peak is known); peak memory of each.
-* ``capture``    — forward with the capture machinery present but inactive vs plain, and with capture on.
+  ``nn.Transformer`` of the same sizes, parameter count and dropout placement (:class:`NNTransformer`), as a ratio
+  ours / nn; each side in its usual form: ours projects only the real target rows
+  (:func:`workbench.train.step_loss`), the reference projects every position and ignores padding in the loss.
+  Analytic TFLOP/s and MFU (where the device's peak is known); peak memory of each.
+* ``capture``    — what the hook points cost when nobody listens: our model vs the same model with its hook points
+  removed (:func:`without_hook_points`), and the price of capturing every pattern.
 * ``decoding``   — greedy and beam-4 decoding with vs without the key/value cache, exactly 40 output tokens
   (the end-of-sentence token is made unreachable), sentences/s.
-* ``e2e``        — end-to-end training tokens/s on real Multi30k batches through :func:`workbench.train.fit`.
-* ``sdpa``       — which scaled-dot-product kernels actually run in our model's forward (from the profiler).
+* ``e2e``        — end-to-end training tokens/s on real Multi30k batches through :func:`workbench.train.fit`, and the
+  padding fraction of those token-budget batches.
+* ``sdpa``       — which scaled-dot-product kernels actually run in our model's forward and in the reference's
+  (from the profiler).
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on Linux CPUs the growth of the resident set's
 high-water mark (reset through ``/proc/self/clear_refs``) over the resident set before the call.
@@ -23,12 +36,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import datetime
 import json
 import logging
 import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -39,19 +55,31 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.attention import MultiHeadAttention
+from workbench.attention import MultiHeadAttention, scaled_dot_product_attention
+from workbench.capture import HookPoint
 from workbench.decode import beam_search, greedy_decode
 from workbench.flops import peak_flops, train_step_flops
 from workbench.masks import causal_mask, to_nn_mask
+from workbench.model import DecoderLayer, EncoderLayer
 from workbench.runtime import autocast, resolve_device
+from workbench.train import step_loss
 
 log = logging.getLogger(__name__)
 
 SUITES = ("attention", "train_step", "capture", "decoding", "e2e", "sdpa")
+MIN_ROUNDS = 5  # no published median comes from fewer rounds
 
 
 class NNTransformer(nn.Module):
-    """torch.nn.Transformer with the same embeddings (shared as ``cfg`` says), positions and tied generator as ours."""
+    """torch.nn.Transformer with the same embeddings, positions, tied generator and dropout placement as ours.
+
+    Like with like: ``nn.Transformer(dropout=p)`` also drops out the attention *weights* inside every
+    ``nn.MultiheadAttention``; ours (as the paper) drops only sub-layer outputs, the feed-forward's inner
+    activations and the embedding sums, and uses ``cfg.attn_dropout`` (0 by default) on the weights. The reference's
+    attention-weight dropout is set to ``cfg.attn_dropout`` too, which also keeps it on the fused attention kernel.
+    A post-LN ``nn.Transformer`` adds a final LayerNorm to each stack, which the paper's post-LN stack has not:
+    those are removed, so both models have the same parameters and the same work.
+    """
 
     def __init__(self, cfg: wb.ModelConfig, vocab: int) -> None:
         super().__init__()
@@ -60,19 +88,108 @@ class NNTransformer(nn.Module):
         self.src_embed = self.embed if cfg.tie_src_tgt else nn.Embedding(vocab, cfg.d_model, padding_idx=0)
         self.register_buffer("pe", wb.sinusoidal_table(cfg.max_len, cfg.d_model), persistent=False)
         self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff, cfg.dropout,
-                                   batch_first=True, norm_first=cfg.norm_first)
+                                   activation=cfg.activation, layer_norm_eps=cfg.layer_norm_eps, batch_first=True,
+                                   norm_first=cfg.norm_first)
+        for module in self.core.modules():
+            if isinstance(module, nn.MultiheadAttention):
+                module.dropout = cfg.attn_dropout  # dropout on attention weights: as ours, not as the sub-layers
+        if not cfg.norm_first:
+            self.core.encoder.norm = None
+            self.core.decoder.norm = None
         self.generator = nn.Linear(cfg.d_model, vocab, bias=False)
         self.generator.weight = self.embed.weight
         self.scale = math.sqrt(cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.src_drop, self.tgt_drop = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropout)  # one per embedding, as ours
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        s = self.drop(self.src_embed(src) * self.scale + self.pe[: src.shape[1]])
-        t = self.drop(self.embed(tgt) * self.scale + self.pe[: tgt.shape[1]])
+        """Shapes: src (B, S), tgt (B, T) -> logits (B, T, V)."""
+        s = self.src_drop(self.src_embed(src) * self.scale + self.pe[: src.shape[1]])
+        t = self.tgt_drop(self.embed(tgt) * self.scale + self.pe[: tgt.shape[1]])
         pad = to_nn_mask(src != 0)
         causal = to_nn_mask(causal_mask(tgt.shape[1], device=tgt.device))
         out = self.core(s, t, tgt_mask=causal, src_key_padding_mask=pad, memory_key_padding_mask=pad, tgt_is_causal=True)
         return self.generator(out)
+
+
+def dropout_sites(model: nn.Module) -> dict[str, list[float]]:
+    """Where a model applies dropout, by kind, with each site's probability (sorted).
+
+    ``"activations"``: every ``nn.Dropout`` module (embedding sums, sub-layer outputs, feed-forward inner layer);
+    ``"attention_weights"``: the probability each attention block applies to its weights.
+    """
+    sites: dict[str, list[float]] = {"activations": [], "attention_weights": []}
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            sites["activations"].append(float(module.p))
+        elif isinstance(module, (nn.MultiheadAttention, MultiHeadAttention)):
+            sites["attention_weights"].append(float(module.dropout))
+    return {k: sorted(v) for k, v in sites.items()}
+
+
+# -- our model without hook points (the baseline of the capture suite) -------------------------------------------
+class _BareAttention(MultiHeadAttention):
+    """Our attention block with every hook tap removed; teacher-forced forwards only (no cache, no weights)."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                is_causal: bool = False, cache: Any = None, need_weights: bool = False) -> tuple[torch.Tensor, None]:
+        if cache is not None or need_weights:
+            raise NotImplementedError("the hook-free baseline runs teacher-forced forwards only")
+        inner = self.n_heads * self.d_head
+        if key is None:
+            q, k, v = self._project(query, slice(None)).split(inner, dim=-1)  # 3 x (B, T, inner)
+            q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, d_head)
+        else:
+            q = self._split(self._project(query, slice(0, inner)))  # (B, H, Tq, d_head)
+            k, v = self._project(key, slice(inner, None)).split(inner, dim=-1)  # 2 x (B, Tk, inner)
+            k, v = self._split(k), self._split(v)  # (B, H, Tk, d_head)
+        out, _ = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal,
+                                              dropout_p=self.dropout if self.training else 0.0)
+        B, H, Tq, Dh = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dh)), None  # (B, Tq, d_model)
+
+
+class _BareEncoderLayer(EncoderLayer):
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.norm_first:
+            x = x + self.dropout1(self.self_attn(self.norm1(x), mask=src_mask)[0])
+            return x + self.dropout2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, mask=src_mask)[0]))
+        return self.norm2(x + self.dropout2(self.ff(x)))
+
+
+class _BareDecoderLayer(DecoderLayer):
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None, cache: Any = None) -> torch.Tensor:
+        if cache is not None:
+            raise NotImplementedError("the hook-free baseline runs teacher-forced forwards only")
+        causal = tgt_mask is None
+        if self.norm_first:
+            x = x + self.dropout1(self.self_attn(self.norm1(x), mask=tgt_mask, is_causal=causal)[0])
+            x = x + self.dropout2(self.cross_attn(self.norm2(x), memory, mask=src_mask)[0])
+            return x + self.dropout3(self.ff(self.norm3(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, mask=tgt_mask, is_causal=causal)[0]))
+        x = self.norm2(x + self.dropout2(self.cross_attn(x, memory, mask=src_mask)[0]))
+        return self.norm3(x + self.dropout3(self.ff(x)))
+
+
+_BARE: dict[type, type] = {MultiHeadAttention: _BareAttention, EncoderLayer: _BareEncoderLayer,
+                           DecoderLayer: _BareDecoderLayer}
+
+
+def without_hook_points(model: wb.Transformer) -> wb.Transformer:
+    """A copy of ``model`` with the same weights and no hook points: the modules that tap them run forwards
+    without the taps, and every :class:`~workbench.capture.HookPoint` is deleted (teacher-forced forwards only).
+
+    The capture suite races it against ``model`` to show what the hook points cost a user who never captures.
+    """
+    bare = copy.deepcopy(model)
+    for module in bare.modules():
+        if type(module) in _BARE:
+            module.__class__ = _BARE[type(module)]
+        for name, child in list(module.named_children()):
+            if isinstance(child, HookPoint):
+                delattr(module, name)
+    return bare
 
 
 # -- measuring -----------------------------------------------------------------------------------------------------
@@ -93,15 +210,23 @@ def timed(fn: Callable[[], Any], repeats: int, device: torch.device = torch.devi
     return out
 
 
-def interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, float]:
-    """Median seconds per call of each function, after one warm-up call each, repeats interleaved."""
+def race(fns: dict[str, Callable[[], Any]], rounds: int, device: torch.device) -> dict[str, Any]:
+    """Race the functions: one warm-up call each, then ``rounds`` rounds of one call each, the order alternating.
+
+    Round 0 runs the functions in the given order, round 1 in reverse, and so on, so that each runs first in half
+    of the rounds. Returns ``{"median_s": {name: s}, "rounds": [{"order": [...], "s": {name: s}}, ...]}``.
+    """
+    if rounds < MIN_ROUNDS:
+        raise ValueError(f"rounds={rounds}: race at least {MIN_ROUNDS} rounds, so that a median means something")
     for fn in fns.values():
         fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            times[k] += timed(fn, 1, device)
-    return {k: statistics.median(v) for k, v in times.items()}
+    names = list(fns)
+    log_rounds = []
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        log_rounds.append({"order": order, "s": {k: timed(fns[k], 1, device)[0] for k in order}})
+    median = {k: statistics.median(rd["s"][k] for rd in log_rounds) for k in names}
+    return {"median_s": median, "rounds": log_rounds}
 
 
 def _rss_bytes(field: str) -> int | None:
@@ -140,7 +265,7 @@ def suite_attention(device: torch.device, quick: bool) -> dict[str, Any]:
     """Self-attention forward+backward (a key-padding mask on a quarter of the rows), ours vs nn.MultiheadAttention."""
     d_model, n_heads, batch = 256, 8, 8
     lengths = (32, 64) if quick else (32, 64, 128, 256, 512, 1024)
-    repeats = 3 if quick else 7
+    rounds = MIN_ROUNDS if quick else 7
     ours = MultiHeadAttention(d_model, n_heads).to(device)
     ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True).to(device)
     rows = []
@@ -164,10 +289,12 @@ def suite_attention(device: torch.device, quick: bool) -> dict[str, Any]:
             out.sum().backward()
 
         fns = {"ours_fused": fused, "ours_explicit": explicit, "nn.MultiheadAttention": reference}
-        med = interleaved_medians(fns, repeats, device)
+        raced = race(fns, rounds, device)
+        med = raced["median_s"]
         mem = {k: peak_memory(fn, device) for k, fn in fns.items()}
         rows.append({
             "n": n,
+            "rounds": raced["rounds"],
             "ms": {k: 1e3 * v for k, v in med.items()},
             "peak_mib": {k: (None if v is None else v / 2**20) for k, v in mem.items()},
             "fused_over_nn": med["ours_fused"] / med["nn.MultiheadAttention"],
@@ -176,15 +303,14 @@ def suite_attention(device: torch.device, quick: bool) -> dict[str, Any]:
     return {"d_model": d_model, "n_heads": n_heads, "batch": batch, "rows": rows}
 
 
-def _step_fn(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, device: torch.device) -> Callable[[], None]:
+def _step_fn(model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device) -> Callable[[], None]:
+    """One optimizer step: ``loss_fn()`` under autocast, backward, Adam (the paper's betas and epsilon)."""
     fused = {"fused": True} if device.type == "cuda" else {}
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **fused)
 
     def step() -> None:
         with autocast(device):
-            logits = model(src, tgt[:, :-1])
-        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tgt[:, 1:].reshape(-1),
-                                           ignore_index=0, label_smoothing=0.1)
+            loss = loss_fn()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -193,10 +319,33 @@ def _step_fn(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, device: tor
 
 
 def _batch(vocab: int, B: int, S: int, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random source (B, S) and target (B, T) ids; a quarter of the rows end in 5 padding tokens on both sides
+    (about 6 %, near the 5 % of real Multi30k token-budget batches that the ``e2e`` suite reports)."""
     src = torch.randint(4, vocab, (B, S), device=device)
-    src[: B // 4, S - 5 :] = 0  # some padding, as in real batches
+    src[: B // 4, S - 5 :] = 0
     tgt = torch.randint(4, vocab, (B, T), device=device)
+    tgt[B - B // 4 :, T - 5 :] = 0
     return src, tgt
+
+
+def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: torch.Tensor,
+                    device: torch.device) -> tuple[nn.Module, nn.Module, dict[str, Callable[[], None]]]:
+    """Our model and the reference of the same sizes, and one training step of each on the batch ``(src, tgt)``."""
+    from workbench.batching import Batch
+
+    ours = wb.build_model(cfg, vocab, vocab).to(device).train()
+    ref = NNTransformer(cfg, vocab).to(device).train()
+    batch = Batch(src, tgt[:, :-1], tgt[:, 1:], pad_id=0)
+
+    def ours_loss() -> torch.Tensor:
+        return step_loss(ours, ours, batch, pad_id=0, eps=0.1)[0] / max(batch.n_tgt_tokens, 1)
+
+    def ref_loss() -> torch.Tensor:
+        logits = ref(batch.src, batch.tgt_in)  # (B, T, V)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch.tgt_out.reshape(-1),
+                                           ignore_index=0, label_smoothing=0.1)
+
+    return ours, ref, {"ours": _step_fn(ours, ours_loss, device), "nn.Transformer": _step_fn(ref, ref_loss, device)}
 
 
 def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
@@ -206,22 +355,25 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
         presets, (B, S, T) = ("small", "base", "big"), (128, 32, 33)
     else:
         presets, (B, S, T) = (("tiny",) if quick else ("tiny", "small", "base")), (64, 20, 21)
-    repeats = 3 if quick else 7
+    rounds = MIN_ROUNDS if quick else 7
     peak = peak_flops(device)
     rows = []
     for name in presets:
         torch.manual_seed(0)
         cfg = wb.preset(name)
         src, tgt = _batch(vocab, B, S, T, device)
-        ours = wb.build_model(cfg, vocab, vocab).to(device).train()
-        ref = NNTransformer(cfg, vocab).to(device).train()
-        fns = {"ours": _step_fn(ours, src, tgt, device), "nn.Transformer": _step_fn(ref, src, tgt, device)}
-        med = interleaved_medians(fns, repeats if name != "base" or device.type == "cuda" else 3, device)
+        ours, ref, fns = train_step_pair(cfg, vocab, src, tgt, device)
+        # the base preset on a CPU takes seconds a step: the minimum number of rounds there
+        raced = race(fns, rounds if name != "base" or device.type == "cuda" else MIN_ROUNDS, device)
+        med = raced["median_s"]
         mem = {k: peak_memory(fn, device) for k, fn in fns.items()}
-        flops = train_step_flops(cfg, B, S, T - 1, vocab)
+        n_real = int((tgt[:, 1:] != 0).sum())
+        flops = train_step_flops(cfg, B, S, T - 1, vocab, n_projected=n_real)
         rows.append({
             "preset": name,
             "batch": [B, S, T - 1],
+            "target_padding_fraction": 1 - n_real / (B * (T - 1)),
+            "rounds": raced["rounds"],
             "step_s": med,
             "ratio_ours_over_nn": med["ours"] / med["nn.Transformer"],
             "ours_tflops_per_s": flops / med["ours"] / 1e12,
@@ -233,31 +385,54 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
 
 
 def suite_capture(device: torch.device, quick: bool) -> dict[str, Any]:
-    """Forward with no capture, inside an empty capture context, and capturing every attention pattern."""
+    """What hook points cost when nobody listens (our model vs the same model without them), and capturing all.
+
+    Forward in evaluation (no gradients) and a training forward+backward, each raced against the hook-free copy
+    made by :func:`without_hook_points` (same weights, same kernels, no taps).
+    """
     torch.manual_seed(0)
-    cfg = wb.preset("tiny" if quick else "small")
+    name = "tiny" if quick else "small"
+    cfg = wb.preset(name)
     src, tgt = _batch(8000, 64, 20, 21, device)
-    model = wb.build_model(cfg, 8000, 8000).to(device).eval()
+    model = wb.build_model(cfg, 8000, 8000).to(device)
+    bare = without_hook_points(model)
+    rounds = MIN_ROUNDS if quick else 21
 
-    def plain() -> None:
-        model(src, tgt)
+    def forward(m: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            m(src, tgt)
 
-    def inactive() -> None:
-        with wb.capture_attention(model, kinds=[]):
-            model(src, tgt)
+        return run
 
-    def active() -> None:
+    def captured() -> None:
         with wb.capture_attention(model):
             model(src, tgt)
 
+    def train(m: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            m(src, tgt).sum().backward()
+            m.zero_grad(set_to_none=True)
+
+        return run
+
+    for m in (model, bare):
+        m.eval()
     with torch.no_grad():
-        med = interleaved_medians({"plain": plain, "capture_context_empty": inactive, "capture_all": active},
-                                  6 if quick else 21, device)
+        fwd = race({"without_hook_points": forward(bare), "hook_points_no_hooks": forward(model),
+                    "capture_all": captured}, rounds, device)
+    for m in (model, bare):
+        m.train()
+    trn = race({"without_hook_points": train(bare), "hook_points_no_hooks": train(model)}, rounds, device)
+    f, t = fwd["median_s"], trn["median_s"]
     return {
-        "preset": "tiny" if quick else "small",
-        "forward_ms": {k: 1e3 * v for k, v in med.items()},
-        "inactive_overhead_pct": 100 * (med["capture_context_empty"] / med["plain"] - 1),
-        "active_overhead_pct": 100 * (med["capture_all"] / med["plain"] - 1),
+        "preset": name,
+        "forward_ms": {k: 1e3 * v for k, v in f.items()},
+        "forward_rounds": fwd["rounds"],
+        "train_fwd_bwd_ms": {k: 1e3 * v for k, v in t.items()},
+        "train_rounds": trn["rounds"],
+        "inactive_overhead_pct": 100 * (f["hook_points_no_hooks"] / f["without_hook_points"] - 1),
+        "inactive_train_overhead_pct": 100 * (t["hook_points_no_hooks"] / t["without_hook_points"] - 1),
+        "active_overhead_pct": 100 * (f["capture_all"] / f["hook_points_no_hooks"] - 1),
     }
 
 
@@ -295,12 +470,30 @@ def suite_decoding(device: torch.device, quick: bool) -> dict[str, Any]:
             # the limit forces eos at the last step; before it every position must be a real token
             if out.shape[1] != steps or bool((out[:, : steps - 1] == eos).any()):
                 raise RuntimeError(f"{name} decoding stopped early ({out.shape[1]} tokens): the benchmark is invalid")
-            med = interleaved_medians({"cached": lambda fn=fn: fn(True), "uncached": lambda fn=fn: fn(False)},
-                                      2 if quick else 5, device)
+            raced = race({"cached": lambda fn=fn: fn(True), "uncached": lambda fn=fn: fn(False)}, MIN_ROUNDS, device)
+            med = raced["median_s"]
+            result[f"{name}_rounds"] = raced["rounds"]
             result[f"{name}_cached_sent_per_s"] = src.shape[0] / med["cached"]
             result[f"{name}_uncached_sent_per_s"] = src.shape[0] / med["uncached"]
             result[f"{name}_cache_speedup"] = med["uncached"] / med["cached"]
     return result
+
+
+def padding_fractions(tokenizer: Any, pairs: list[tuple[str, str]], max_tokens: int) -> dict[str, float]:
+    """Share of padding positions in the token-budget batches ``fit`` makes of ``pairs`` (one epoch's batches)."""
+    from workbench.batching import make_batch, token_batches
+
+    src = tokenizer.encode_src([p[0] for p in pairs])
+    tgt = tokenizer.encode_tgt([p[1] for p in pairs])
+    cells = {"src": 0, "tgt": 0}
+    real = {"src": 0, "tgt": 0}
+    for idx in token_batches([len(s) for s in src], [len(t) - 1 for t in tgt], max_tokens, shuffle=False):
+        b = make_batch([src[i] for i in idx], [tgt[i] for i in idx], tokenizer.pad_id)
+        cells["src"] += b.src.numel()
+        cells["tgt"] += b.tgt_out.numel()
+        real["src"] += b.n_src_tokens
+        real["tgt"] += b.n_tgt_tokens
+    return {f"{k}_padding_fraction": 1 - real[k] / max(cells[k], 1) for k in cells}
 
 
 def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
@@ -327,6 +520,7 @@ def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
         "preset": name,
         "pairs": n,
         "max_tokens": cfg.max_tokens,
+        **padding_fractions(tokenizer, pairs, cfg.max_tokens),
         "tokens_per_s": history.tokens_per_s[-1],
         "model_tflops_per_s": history.model_tflops_per_s[-1],
         "mfu": history.mfu[-1],
@@ -334,26 +528,37 @@ def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
     }
 
 
-def suite_sdpa(device: torch.device, quick: bool) -> dict[str, Any]:
-    """The scaled-dot-product-attention kernels our forward actually dispatches to, per mode."""
+def sdpa_kernels(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, train: bool, device: torch.device) -> dict[str, int]:
+    """The scaled-dot-product kernels one forward (+ backward in training) dispatches, and dropout calls in training."""
     from torch.profiler import ProfilerActivity, profile
 
+    model.train(train)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof, autocast(device), torch.set_grad_enabled(train):
+        out = model(src, tgt)
+        if train:
+            out.float().sum().backward()
+    kernels: dict[str, int] = {}
+    for ev in prof.events():
+        if ("scaled_dot_product" in ev.name and ev.name != "aten::scaled_dot_product_attention") or (
+            train and ev.name == "aten::dropout"  # (in evaluation dropout is dispatched too, as the identity)
+        ):
+            kernels[ev.name] = kernels.get(ev.name, 0) + 1
+    return kernels
+
+
+def suite_sdpa(device: torch.device, quick: bool) -> dict[str, Any]:
+    """The scaled-dot-product-attention kernels our forward actually dispatches to, per mode, and the reference's."""
     torch.manual_seed(0)
-    cfg = wb.preset("tiny" if quick else "small")
+    cfg = wb.preset("tiny" if quick else "small", dropout=0.1)  # dropout on, as in training
     model = wb.build_model(cfg, 8000, 8000).to(device)
+    ref = NNTransformer(cfg, 8000).to(device)
     src, tgt = _batch(8000, 16, 20, 21, device)
-    result: dict[str, Any] = {}
-    for mode in ("train", "eval"):
-        model.train(mode == "train")
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with profile(activities=activities) as prof, autocast(device), torch.set_grad_enabled(mode == "train"):
-            model(src, tgt)
-        kernels: dict[str, int] = {}
-        for ev in prof.events():
-            if "scaled_dot_product" in ev.name and ev.name != "aten::scaled_dot_product_attention":
-                kernels[ev.name] = kernels.get(ev.name, 0) + 1
-        result[mode] = kernels
-    return result
+    return {
+        "train": sdpa_kernels(model, src, tgt, True, device),
+        "eval": sdpa_kernels(model, src, tgt, False, device),
+        "nn.Transformer_train": sdpa_kernels(ref, src, tgt, True, device),
+    }
 
 
 RUNNERS: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
@@ -366,8 +571,34 @@ RUNNERS: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
 }
 
 
-def run(suites: list[str] | None = None, quick: bool = False, device: str = "auto") -> dict[str, Any]:
-    """Run the chosen suites (all by default) and return the report."""
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def git_state(cwd: str | Path | None = None) -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout the package runs from."""
+    where = Path(cwd) if cwd is not None else Path(wb.__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                capture_output=True, text=True, timeout=10)
+        return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def run(suites: list[str] | None = None, quick: bool = False, device: str = "auto",
+        command: list[str] | None = None) -> dict[str, Any]:
+    """Run the chosen suites (all by default) and return the report (``command`` defaults to ``sys.argv``)."""
     names = list(suites or SUITES)
     unknown = [s for s in names if s not in RUNNERS]
     if unknown:
@@ -375,11 +606,17 @@ def run(suites: list[str] | None = None, quick: bool = False, device: str = "aut
     dev = resolve_device(device)
     report: dict[str, Any] = {
         "machine": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        **git_state(),
+        "command": list(sys.argv) if command is None else list(command),
+        "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": quick,
+        "suites": names,
         "peak_tflops": None if peak_flops(dev) is None else peak_flops(dev) / 1e12,
     }
     for name in names:
@@ -387,6 +624,7 @@ def run(suites: list[str] | None = None, quick: bool = False, device: str = "aut
         log.info("benchmark suite %s ...", name)
         report[name] = RUNNERS[name](dev, quick)
         report[name]["suite_seconds"] = round(time.perf_counter() - t0, 1)
+    report["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return report
 
 
@@ -401,7 +639,10 @@ def _fmt(v: Any) -> str:
 
 def format_table(report: dict[str, Any]) -> str:
     """A plain-text summary of a report, one block per suite."""
-    lines = [f"{report['device']} ({report['machine']}, {report['threads']} threads), torch {report['torch']}"]
+    commit = report.get("commit")
+    lines = [f"{report['device']} ({report.get('cpu_model') or report['machine']}, {report['threads']} threads), "
+             f"torch {report['torch']}, commit {commit[:10] if commit else 'unknown'}"
+             f"{' (uncommitted changes)' if report.get('dirty') else ''}"]
     if "attention" in report:
         a = report["attention"]
         lines += ["", f"attention fwd+bwd, d_model={a['d_model']}, h={a['n_heads']}, batch={a['batch']} (ms; peak MiB)",
@@ -413,7 +654,8 @@ def format_table(report: dict[str, Any]) -> str:
                          f"{_fmt(mem['nn.MultiheadAttention']):>8}")
     if "train_step" in report:
         t = report["train_step"]
-        lines += ["", f"training step vs nn.Transformer ({t['amp']})",
+        lines += ["", f"training step vs nn.Transformer ({t['amp']}; same dropout placement; median of "
+                      f"{min(len(r['rounds']) for r in t['rows'])}+ alternating rounds)",
                   f"{'preset':>7} {'ours s':>8} {'nn s':>8} {'ratio':>6} {'GFLOP/s':>8} {'MFU':>6} {'mem ours':>9} {'mem nn':>8}"]
         for r in t["rows"]:
             mfu = "-" if r["ours_mfu"] is None else f"{r['ours_mfu']:.1%}"
@@ -422,7 +664,8 @@ def format_table(report: dict[str, Any]) -> str:
                          f"{_fmt(r['peak_mib']['ours']):>9} {_fmt(r['peak_mib']['nn.Transformer']):>8}")
     if "capture" in report:
         c = report["capture"]
-        lines += ["", f"capture ({c['preset']}): inactive {c['inactive_overhead_pct']:+.2f} %, "
+        lines += ["", f"capture ({c['preset']}): hook points with no hooks vs none, forward "
+                      f"{c['inactive_overhead_pct']:+.2f} %, training step {c['inactive_train_overhead_pct']:+.2f} %; "
                       f"capturing all {c['active_overhead_pct']:+.1f} %"]
     if "decoding" in report:
         d = report["decoding"]
@@ -437,10 +680,12 @@ def format_table(report: dict[str, Any]) -> str:
         else:
             mfu = "" if e["mfu"] is None else f", MFU {e['mfu']:.1%}"
             lines += ["", f"end-to-end fit on Multi30k ({e['preset']}, {e['pairs']} pairs): {e['tokens_per_s']:.0f} tok/s, "
-                          f"{1e3 * e['model_tflops_per_s']:.1f} GFLOP/s{mfu}"]
+                          f"{1e3 * e['model_tflops_per_s']:.1f} GFLOP/s{mfu}; padding: source "
+                          f"{e['src_padding_fraction']:.1%}, target {e['tgt_padding_fraction']:.1%}"]
     if "sdpa" in report:
-        lines += ["", "SDPA kernels dispatched: " + "; ".join(
-            f"{mode}: " + ", ".join(f"{k} x{v}" for k, v in report["sdpa"][mode].items()) for mode in ("train", "eval"))]
+        lines += ["", "SDPA kernels (and dropout calls) dispatched:"] + [
+            f"  {mode}: " + ", ".join(f"{k} x{v}" for k, v in kernels.items())
+            for mode, kernels in report["sdpa"].items() if isinstance(kernels, dict)]
     return "\n".join(lines)
 
 
@@ -466,7 +711,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared by ``workbench bench`` and ``bench/core.py``)."""
     ap.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke run)")
     ap.add_argument("--suite", action="append", choices=SUITES, help="run only this suite (repeatable; default all)")
-    ap.add_argument("--json", default="bench.json", help="where to write the JSON report ('' for nowhere)")
+    ap.add_argument("--json", default="bench.json",
+                    help="where to write the JSON report ('' for nowhere); figures for the README go to bench/results/")
     ap.add_argument("--print-json", action="store_true", help="print the JSON report instead of the table")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
 

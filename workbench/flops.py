@@ -3,7 +3,8 @@
 A multiply-add counts as 2 FLOPs; only matrix products are counted (softmax, layer norm, dropout and embedding
 lookups are a few percent and are left out, as in the usual MFU convention of the PaLM paper). Attention scores
 are counted for the full ``Tq x Tk`` matrix, causal or not. Counts are on the padded shapes the hardware actually
-processes. A training step is three forward passes (the backward pass costs about twice the forward).
+processes, except the pre-softmax projection, which training computes only for real (non-padding) targets
+(``n_projected``). A training step is three forward passes (the backward pass costs about twice the forward).
 
 MFU = achieved model FLOP/s / the device's peak FLOP/s. Peaks are known for common accelerators
 (:data:`PEAK_TFLOPS`); set ``WORKBENCH_PEAK_TFLOPS`` to give one for any other device, a CPU included.
@@ -34,13 +35,17 @@ PEAK_TFLOPS: dict[str, float] = {
 }
 
 
-def forward_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int, vocab: int) -> int:
+def forward_flops(
+    cfg: ModelConfig, batch: int, src_len: int, tgt_len: int, vocab: int, n_projected: int | None = None
+) -> int:
     """FLOPs of one encoder-decoder forward pass (with the generator) on padded shapes.
 
     Args:
         cfg: the model's sizes (``d_model``, ``d_ff``, layer counts, ``n_heads * d_head``).
         batch, src_len, tgt_len: the padded batch shape, source (B, S) and target input (B, T).
         vocab: target vocabulary size (the generator's output width).
+        n_projected: target positions the generator projects (training: the non-padding targets);
+            None means all ``batch * tgt_len``.
     """
     B, S, T, d, f = batch, src_len, tgt_len, cfg.d_model, cfg.d_ff
     inner = cfg.n_heads * cfg.head_dim
@@ -57,22 +62,30 @@ def forward_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int, voca
         + 2 * B * T * S * inner * 2  # cross-attention scores and values
         + 2 * B * T * d * f * 2  # feed-forward
     )
-    generator = 2 * B * T * d * vocab
+    generator = 2 * (B * T if n_projected is None else n_projected) * d * vocab
     return cfg.n_enc_layers * enc + cfg.n_dec_layers * dec + generator
 
 
-def train_step_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int, vocab: int) -> int:
+def train_step_flops(
+    cfg: ModelConfig, batch: int, src_len: int, tgt_len: int, vocab: int, n_projected: int | None = None
+) -> int:
     """FLOPs of one training step (forward + backward = 3 forward passes) on padded shapes."""
-    return 3 * forward_flops(cfg, batch, src_len, tgt_len, vocab)
+    return 3 * forward_flops(cfg, batch, src_len, tgt_len, vocab, n_projected)
 
 
-def model_train_flops(model: Any, src: torch.Tensor, tgt_in: torch.Tensor) -> int | None:
-    """Training FLOPs of ``model`` on this batch, or None for models without an analytic count (the GRU)."""
+def model_train_flops(
+    model: Any, src: torch.Tensor, tgt_in: torch.Tensor, n_projected: int | None = None
+) -> int | None:
+    """Training FLOPs of ``model`` on this batch, or None for models without an analytic count (the GRU).
+
+    ``n_projected``: target rows the loss projects (:func:`workbench.train.step_loss` projects the non-padding
+    ones); None counts every position.
+    """
     cfg = getattr(model, "cfg", None)
     vocab = getattr(model, "tgt_vocab_size", None)
     if not isinstance(cfg, ModelConfig) or vocab is None:
         return None
-    return train_step_flops(cfg, src.shape[0], src.shape[1], tgt_in.shape[1], int(vocab))
+    return train_step_flops(cfg, src.shape[0], src.shape[1], tgt_in.shape[1], int(vocab), n_projected)
 
 
 def peak_flops(device: torch.device | str) -> float | None:

@@ -199,6 +199,29 @@ class Transformer(nn.Module):
         """An empty cache for step-by-step decoding (cross-attention K/V fill in at the first step)."""
         return DecoderCache([LayerCache() for _ in self.decoder_layers])
 
+    def decode_hidden(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """The decoder's final states, before the pre-softmax projection (:attr:`generator`).
+
+        Same arguments as :meth:`decode`; ``self.generator(decode_hidden(...))`` is ``decode(...)``. Training
+        projects only the rows of real (non-padding) targets: see :func:`workbench.train.step_loss`.
+
+        Shapes:
+            tgt (B, T) ids, memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model)
+        """
+        offset = cache.length if cache is not None else 0
+        x = self.tgt_embed(tgt, offset=offset)
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer(x, memory, src_mask, cache=cache.layers[i] if cache is not None else None)
+        if cache is not None:
+            cache.length += tgt.shape[1]
+        return self.decoder_norm(x)
+
     def decode(
         self,
         tgt: Tensor,
@@ -214,18 +237,20 @@ class Transformer(nn.Module):
         Shapes:
             tgt (B, T) ids, memory (B, S, d_model), src_mask (B, 1, 1, S) -> logits (B, T, V)
         """
-        offset = cache.length if cache is not None else 0
-        x = self.tgt_embed(tgt, offset=offset)
-        for i, layer in enumerate(self.decoder_layers):
-            x = layer(x, memory, src_mask, cache=cache.layers[i] if cache is not None else None)
-        if cache is not None:
-            cache.length += tgt.shape[1]
-        return self.generator(self.decoder_norm(x))
+        return self.generator(self.decode_hidden(tgt, memory, src_mask, cache))
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher forcing. Shapes: src (B, S), tgt (B, T) shifted-right target -> logits (B, T, V)."""
+    def forward(self, src: Tensor, tgt: Tensor, project: bool = True) -> Tensor:
+        """Teacher forcing: logits, or (``project=False``) the decoder states before the projection.
+
+        ``project=False`` lets the loss project only the real target rows (a compiled or DDP-wrapped model is
+        called through ``forward``, so the option lives here rather than in a separate method).
+
+        Shapes:
+            src (B, S), tgt (B, T) shifted-right target -> logits (B, T, V), or (B, T, d_model) states
+        """
         src_mask = self.src_mask(src)
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+        hidden = self.decode_hidden(tgt, self.encode(src, src_mask), src_mask)
+        return self.generator(hidden) if project else hidden
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0) -> Transformer:

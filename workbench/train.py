@@ -51,6 +51,38 @@ def label_smoothed_loss(logits: Tensor, targets: Tensor, pad_id: int, eps: float
     return loss, int((targets != pad_id).sum())
 
 
+def real_target_logits(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int) -> tuple[Tensor, Tensor]:
+    """Logits and targets of the real (non-padding) target positions only.
+
+    A :class:`~workbench.model.Transformer` gathers its decoder states at those positions *before* the
+    vocabulary projection (``forward(..., project=False)``), so no (d_model x V) product, log-softmax or loss is
+    spent on padding; other models (the GRU baseline) project every position and the rows are gathered after.
+    ``net`` is what is called (the model, or its compiled / DDP wrapper), ``model`` the plain module.
+
+    Shapes:
+        batch.src (B, S), batch.tgt_in (B, T), batch.tgt_out (B, T) -> logits (N, V), targets (N,),
+        N = number of non-padding targets
+    """
+    from .model import Transformer
+
+    keep = batch.tgt_out != pad_id  # (B, T)
+    if isinstance(model, Transformer):
+        hidden = net(batch.src, batch.tgt_in, project=False)  # (B, T, d_model)
+        return model.generator(hidden[keep]), batch.tgt_out[keep]  # (N, V), (N,)
+    return net(batch.src, batch.tgt_in)[keep], batch.tgt_out[keep]
+
+
+def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: float = 0.1) -> tuple[Tensor, int]:
+    """The training loss of one batch: summed label-smoothed cross-entropy over real targets, and their count.
+
+    Equal (fp32 tolerance, gradients included) to ``label_smoothed_loss(model(src, tgt_in), tgt_out, ...)``,
+    without the work on padding rows (see :func:`real_target_logits`).
+    """
+    logits, targets = real_target_logits(net, model, batch, pad_id)  # (N, V), (N,)
+    loss = F.cross_entropy(logits.float(), targets, label_smoothing=eps, reduction="sum")
+    return loss, targets.shape[0]
+
+
 @dataclass
 class History:
     """What a run measured, one entry per epoch (and the training loss per logged step)."""
@@ -86,11 +118,10 @@ def evaluate(model: nn.Module, batches: Sequence[Batch], pad_id: int, device: to
     total, n, correct = 0.0, 0, 0
     for b in batches:
         b = b.to(device)
-        logits = model(b.src, b.tgt_in)
-        loss, k = label_smoothed_loss(logits, b.tgt_out, pad_id, eps=0.0)
-        total += float(loss)
-        n += k
-        correct += int(((logits.argmax(-1) == b.tgt_out) & (b.tgt_out != pad_id)).sum())
+        logits, targets = real_target_logits(model, model, b, pad_id)  # (N, V), (N,)
+        total += float(F.cross_entropy(logits.float(), targets, reduction="sum"))
+        n += targets.shape[0]
+        correct += int((logits.argmax(-1) == targets).sum())
     model.train(was_training)
     mean = total / max(n, 1)
     return {"loss": mean, "ppl": math.exp(min(mean, 50.0)), "accuracy": correct / max(n, 1)}
@@ -192,8 +223,10 @@ def fit(
         log.info("resumed from %s at epoch %d, step %d", out / "last.pt", start_epoch, step)
 
     net: nn.Module = model
+    pad_multiple = 1  # eager: pad each batch to its own longest sequence
     if cfg.compile:
         net = torch.compile(net)
+        pad_multiple = 8  # compiled: lengths rounded up to a multiple of 8, so a few graphs serve every batch
     if distributed:
         net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
 
@@ -211,7 +244,8 @@ def fit(
         if cfg.max_steps is not None and step >= cfg.max_steps:  # resumed from a run that had used its steps
             stop = history.stopped_reason = "max steps"
             break
-        idx = token_batches(src_lens, tgt_lens, cfg.max_tokens, shuffle=True, seed=cfg.seed, epoch=epoch, world_size=world, rank=rank)
+        idx = token_batches(src_lens, tgt_lens, cfg.max_tokens, shuffle=True, seed=cfg.seed, epoch=epoch, world_size=world, rank=rank,
+                            pad_multiple=pad_multiple)
         if cfg.accum_steps > 1 and len(idx) >= cfg.accum_steps:
             # every optimizer step sees exactly accum_steps micro-batches (as every DDP step sees world_size batches)
             idx = idx[: len(idx) - len(idx) % cfg.accum_steps]
@@ -220,13 +254,12 @@ def fit(
         bar = tqdm(idx, desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch", leave=False, disable=rank != 0, mininterval=2.0)
         optimizer.zero_grad(set_to_none=True)
         for i, b_idx in enumerate(bar):
-            batch = make_batch([train_src[j] for j in b_idx], [train_tgt[j] for j in b_idx], pad_id)
+            batch = make_batch([train_src[j] for j in b_idx], [train_tgt[j] for j in b_idx], pad_id, pad_multiple, max_len)
             if device.type == "cuda":
                 batch = batch.pin_memory().to(device, non_blocking=True)
-            ep_flops += model_train_flops(model, batch.src, batch.tgt_in) or 0
             with autocast(device, cfg.amp):
-                logits = net(batch.src, batch.tgt_in)
-            loss_sum, n_tok = label_smoothed_loss(logits, batch.tgt_out, pad_id, cfg.label_smoothing)
+                loss_sum, n_tok = step_loss(net, model, batch, pad_id, cfg.label_smoothing)
+            ep_flops += model_train_flops(model, batch.src, batch.tgt_in, n_projected=n_tok) or 0
             loss = loss_sum / max(n_tok, 1)
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):

@@ -1,0 +1,201 @@
+"""The benchmark compares like with like: the reference's dropout and kernels, alternating races, a real baseline
+for the hook points, and reports that say where they come from. (No timing is asserted here.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import benchmark
+from workbench.benchmark import NNTransformer, dropout_sites, race, sdpa_kernels, without_hook_points
+from workbench.capture import HookPoint, hooks_remaining
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("cfg", [wb.preset("tiny", dropout=0.1), wb.preset("small"), wb.preset("small", norm_first=True),
+                                 wb.preset("tiny", dropout=0.2, attn_dropout=0.1)],
+                         ids=["tiny-p0.1", "small", "small-pre-LN", "tiny-attn-dropout"])
+def test_reference_has_our_dropout_sites_and_parameter_count(cfg):
+    ours, ref = wb.build_model(cfg, 300, 300), NNTransformer(cfg, 300)
+    sites = dropout_sites(ours)
+    # embeddings 2, encoder layer 3 (attention out, feed-forward inner, feed-forward out), decoder layer 4
+    assert sites["activations"] == [cfg.dropout] * (2 + 3 * cfg.n_enc_layers + 4 * cfg.n_dec_layers)
+    assert sites["attention_weights"] == [cfg.attn_dropout] * (cfg.n_enc_layers + 2 * cfg.n_dec_layers)
+    assert dropout_sites(ref) == sites
+    assert sum(p.numel() for p in ref.parameters()) == sum(p.numel() for p in ours.parameters())
+
+
+def test_reference_dispatches_our_attention_kernel_and_dropout_calls():
+    """Profiled on tiny with dropout on: the same fused SDPA kernels and the same number of dropout draws."""
+    torch.manual_seed(0)
+    cfg = wb.preset("tiny", dropout=0.1)
+    src, tgt = benchmark._batch(300, 8, 9, 8, torch.device("cpu"))
+    ours = sdpa_kernels(wb.build_model(cfg, 300, 300), src, tgt, True, torch.device("cpu"))
+    ref = sdpa_kernels(NNTransformer(cfg, 300), src, tgt, True, torch.device("cpu"))
+    assert ours["aten::dropout"] == 2 + 3 * 2 + 4 * 2
+    fused = [k for k in ours if "flash" in k or "efficient" in k or "cudnn" in k]
+    assert fused, f"our training forward reached no fused attention kernel: {ours}"
+    assert ref == ours
+
+
+def test_race_alternates_the_order_and_takes_medians():
+    calls: list[str] = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    result = race(fns, 6, torch.device("cpu"))
+    assert calls == ["a", "b"] + ["a", "b", "b", "a"] * 3  # one warm-up each, then alternating rounds
+    assert [r["order"] for r in result["rounds"]] == [["a", "b"], ["b", "a"]] * 3
+    for k in fns:
+        times = sorted(r["s"][k] for r in result["rounds"])
+        assert result["median_s"][k] == pytest.approx((times[2] + times[3]) / 2)
+    with pytest.raises(ValueError, match="at least 5"):
+        race(fns, 4, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_without_hook_points_is_the_same_model_minus_the_taps(norm_first):
+    torch.manual_seed(0)
+    model = wb.build_model(wb.preset("tiny", dropout=0.1, norm_first=norm_first), 300, 300)
+    bare = without_hook_points(model)
+    assert any(isinstance(m, HookPoint) for m in model.modules())
+    assert not any(isinstance(m, HookPoint) for m in bare.modules())
+    assert bare.state_dict().keys() == model.state_dict().keys()
+    src, tgt = benchmark._batch(300, 8, 9, 8, torch.device("cpu"))
+    model.eval()
+    bare.eval()
+    with torch.no_grad():
+        assert torch.equal(bare(src, tgt), model(src, tgt))
+    for m in (model, bare):
+        m.train()
+        torch.manual_seed(1)  # the same dropout masks
+        m(src, tgt).sum().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), bare.named_parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad), name
+    with wb.capture_attention(model) as cache:  # the original keeps its hook points
+        model(src, tgt)
+    assert ("cross", 1) in cache and hooks_remaining(model) == 0
+    with pytest.raises(NotImplementedError):
+        bare.decode(tgt[:, :1], bare.encode(src), bare.src_mask(src), cache=bare.init_cache())
+
+
+def test_report_says_where_it_comes_from(tmp_path):
+    report = benchmark.run(["sdpa"], quick=True, device="cpu", command=["workbench", "bench", "--suite", "sdpa"])
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    if head.returncode == 0:  # a git checkout: the report names its commit
+        assert report["commit"] == head.stdout.strip() and isinstance(report["dirty"], bool)
+    else:
+        assert report["commit"] is None
+    assert report["command"] == ["workbench", "bench", "--suite", "sdpa"]
+    assert report["torch"] == torch.__version__ and report["threads"] == torch.get_num_threads()
+    assert report["started_utc"] <= report["finished_utc"] and report["suites"] == ["sdpa"]
+    assert set(report["sdpa"]) == {"train", "eval", "nn.Transformer_train", "suite_seconds"}
+    assert benchmark.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a checkout
+
+
+# -- bench/translate_multi30k.py: the README's recipe, validation first, test once --------------------------------
+def _script():
+    spec = importlib.util.spec_from_file_location("translate_multi30k", REPO / "bench" / "translate_multi30k.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _readme_command(starts: str, marker: str | None = None) -> list[str]:
+    """The README's command line that starts with ``starts`` (and, if given, carries the comment ``marker``)."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(starts) and (marker is None or any(marker in x for x in lines[i : i + 4])):
+            parts = [line]
+            while parts[-1].split("#")[0].rstrip().endswith("\\"):
+                i += 1
+                parts.append(lines[i])
+            return shlex.split(" ".join(p.split("#")[0].rstrip().rstrip("\\") for p in parts))
+    raise AssertionError(f"no README command starting with {starts!r}")
+
+
+def test_translate_benchmark_trains_with_the_readme_recipe():
+    from workbench.cli import build_parser as cli_parser
+
+    script = _script()
+    ours = vars(cli_parser().parse_args(script.train_argv(script.build_parser().parse_args([]))))
+    readme = vars(cli_parser().parse_args(_readme_command("workbench train --preset small", "benchmarked CPU recipe")[1:]))
+    for settings in (ours, readme):
+        settings.pop("out"), settings.pop("func")
+    assert ours == readme
+    # the README's own benchmark command changes nothing but where results go
+    invoked = vars(script.build_parser().parse_args(_readme_command("python bench/translate_multi30k.py")[2:]))
+    defaults = vars(script.build_parser().parse_args([]))
+    assert {k: v for k, v in invoked.items() if v != defaults[k]}.keys() <= {"out", "json", "full"}
+
+
+@pytest.mark.parametrize("best", ["last", "averaged"])
+def test_translate_benchmark_chooses_weights_on_val_and_tests_once(best, tmp_path):
+    calls = []
+    val_bleu = {"last": 30.0, "averaged": 29.0} if best == "last" else {"last": 29.0, "averaged": 31.0}
+
+    def evaluate(ckpt, split, beam, data_dir=None, device="auto"):
+        name = "averaged" if Path(ckpt).name == "averaged.pt" else "last"
+        calls.append((split, name, beam))
+        # greedy ranks the two the other way round: the choice must rest on beam 4, as the headline
+        bleu = 99.0 if split != "val" else (val_bleu[name] if beam == 4 else 60.0 - val_bleu[name])
+        return {"split": split, "beam": beam, "bleu": bleu, "signature": "sig", "chrf": 50.0}
+
+    result = _script().readout(tmp_path, full=True, evaluate=evaluate, average=lambda out, last: out / "averaged.pt")
+    tests = [c for c in calls if c[0] != "val"]
+    assert tests == [("test_2016_flickr", best, 4)]  # the test split is decoded once, with the val-chosen weights
+    assert calls[-1] == tests[0]  # after every validation run
+    assert {c for c in calls if c[0] == "val"} == {("val", w, b) for w in ("last", "averaged") for b in (4, 1)}
+    assert result["chosen_on_val"] == best and result["test"]["weights"] == best
+
+
+# -- the README's figures ------------------------------------------------------------------------------------------
+def _readme_table():
+    spec = importlib.util.spec_from_file_location("readme_table", REPO / "bench" / "readme_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_figures_are_the_committed_results():
+    """The README's block of measured figures is exactly what bench/readme_table.py renders from bench/results/."""
+    table = _readme_table()
+    assert table.readme_block() == table.render(REPO / "bench" / "results"), "run: python bench/readme_table.py --write"
+
+
+def test_readme_table_renders_each_figure_with_its_file(tmp_path):
+    table = _readme_table()
+    rounds = [{"order": ["ours", "nn.Transformer"], "s": {"ours": 1.0, "nn.Transformer": 1.0}}] * 5
+    bench = {
+        "suites": ["train_step", "capture", "e2e"], "commit": "0123456789abcdef", "dirty": False, "device": "cpu",
+        "cpu_model": "Some CPU", "threads": 2, "torch": "2.13.0", "command": ["workbench", "bench"],
+        "train_step": {"rows": [{"preset": "tiny", "ratio_ours_over_nn": 0.8765, "rounds": rounds},
+                                {"preset": "small", "ratio_ours_over_nn": 1.0349, "rounds": rounds}]},
+        "capture": {"inactive_overhead_pct": 0.412, "inactive_train_overhead_pct": -0.33, "active_overhead_pct": 12.6},
+        "e2e": {"preset": "small", "tokens_per_s": 4123.4, "model_tflops_per_s": 0.1104, "src_padding_fraction": 0.0501,
+                "tgt_padding_fraction": 0.0512},
+    }
+    translate = {"headline": {"weights": "averaged", "split": "test_2016_flickr", "beam": 4, "bleu": 38.96},
+                 "val": [{"weights": "averaged", "beam": 4, "bleu": 40.04}, {"weights": "last", "beam": 4, "bleu": 39.5}],
+                 "args": {"arch": "transformer", "preset": "small", "src": "de", "tgt": "en", "minutes": 41.0},
+                 "commit": "fedcba9876543210", "command": ["bench/translate_multi30k.py"]}
+    (tmp_path / "cpu.json").write_text(json.dumps(bench))
+    (tmp_path / "translate.json").write_text(json.dumps(translate))
+    out = table.render(tmp_path)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines() if line.startswith("| ")}
+    assert "| 0.88 / 1.03 | `cpu.json` |" in rows["training step, ours ÷ `nn.Transformer`, same dropout placement (tiny / small)"]
+    assert "+0.4 % / -0.3 %" in next(v for k, v in rows.items() if k.startswith("hook points"))
+    assert "4 123 tokens/s, 110 GFLOP/s" in next(v for k, v in rows.items() if k.startswith("end-to-end"))
+    assert "5.0 % / 5.1 %" in next(v for k, v in rows.items() if k.startswith("padding"))
+    assert "sacreBLEU **39.0** (beam 4, averaged weights, chosen on val: averaged 40.0, last 39.5) | `translate.json` |" in (
+        next(v for k, v in rows.items() if k.startswith("small preset de→en, 41 min")))
+    assert "commit 0123456789" in out and "commit fedcba9876" in out and "`workbench bench`" in out
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ValueError, match="other.json"):
+        table.render(tmp_path)
