@@ -54,7 +54,7 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("dot_flops_counted", lambda v: v > 0),
         ("intermediate_ratio", lambda v: v > 1),
     ],
-    "03_positional_encoding": [
+    "04_positional_encoding": [
         ("norm_error", lambda v: v < 1e-4),
         ("offset_spread", lambda v: v < 1e-3),
         ("grows_until_offset", lambda v: v >= 4),
@@ -70,7 +70,7 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         # occur, not yet where; the full run goes far lower.)
         ("learned_val_loss", lambda v: v < math.log(24)),
     ],
-    "04_masked_attention": [
+    "05_masked_attention": [
         ("future_weights_exactly_zero", lambda v: v is True),
         ("workbench_zero_on_empty_row", lambda v: v is True),
         ("shift_ok", lambda v: v is True),
@@ -81,7 +81,7 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("cache_max_diff", lambda v: v < 1e-4),
         ("cache_same_greedy_output", lambda v: v is True),
     ],
-    "06_complexity": [
+    "11_complexity": [
         ("flops_slope_n_self_attention", lambda v: _approx(v, 2.0, 0.05)),
         ("flops_slope_n_recurrent", lambda v: _approx(v, 1.0, 0.05)),
         ("flops_slope_d_recurrent", lambda v: _approx(v, 2.0, 0.05)),
@@ -387,6 +387,6 @@ def test_cli_shows_one_progress_bar_and_the_table(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     noise = NOISE.findall(proc.stderr + proc.stdout)
     assert noise == [], f"papermill/kernel records on the console without --verbose:\n{proc.stderr}"
-    assert re.search(r"^04_masked_attention\s+ok\s+[\d.]+ s$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^05_masked_attention\s+ok\s+[\d.]+ s$", proc.stdout, re.M), proc.stdout
     assert "notebooks: 100%" in proc.stderr  # the progress bar
     assert proc.stdout.strip().endswith(f"report: {tmp_path / 'reports' / 'index.html'}")

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 03 · Positional encoding
+# # 04 · Positional encoding
 #
 # Self-attention has no notion of order: shuffle the input tokens and the outputs are shuffled the same way, nothing
 # else changes. The Transformer therefore adds to each token embedding a vector that depends only on the token's

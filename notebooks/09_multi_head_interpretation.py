@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 05 · What the heads of a trained translator do
+# # 09 · What the heads of a trained translator do
 #
 # Multi-head attention runs $h$ attention functions side by side on different learned projections and concatenates
 # their outputs before $W^O$: $\mathrm{MultiHead}(Q,K,V) = \mathrm{Concat}(\mathrm{head}_1..\mathrm{head}_h)W^O$.

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 04 · Masks: padding, the future, and what the decoder may see
+# # 05 · Masks: padding, the future, and what the decoder may see
 #
 # Attention lets every query look at every key. Two kinds of keys must be hidden from it.
 #

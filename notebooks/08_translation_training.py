@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 07 · Translating Multi30k end to end
+# # 08 · Translating Multi30k end to end
 #
 # The whole pipeline on German→English Multi30k (29,000 training pairs): a joint BPE vocabulary learnt on the training
 # split only, the paper's recipe (label smoothing 0.1, Adam with $\beta_2 = 0.98$, warm-up then inverse-square-root
