@@ -69,7 +69,10 @@ if history:
 
 # %% [markdown]
 # ## Greedy vs beam search, with and without checkpoint averaging
-# sacreBLEU on detokenized, cased text is the number to compare across papers; lower-cased tokenized BLEU, which older tutorials report, is printed beside it for reconciliation:
+# sacreBLEU on detokenized, cased text, with its signature, is the reproducible number: anyone with the same
+# references and signature gets the same score. It is *not* what the paper reports: Table 2 gives tokenized BLEU on
+# WMT news, and older tutorials report lower-cased tokenized BLEU, printed here beside it for reconciliation (it is
+# higher, since lower-casing and splitting punctuation only add matches):
 
 # %%
 results = {}
@@ -94,16 +97,50 @@ for i in range(5):
     print("DE :", sources[i]); print("REF:", refs[i]); print("HYP:", hyps_beam[i]); print()
 
 # %% [markdown]
+# ## Beside the translators that ship with the workbench
+# `small-de-en` is the same architecture trained by the same recipe for 100 CPU minutes (see its card:
+# `workbench pretrained list`); `gru-de-en` is the recurrent baseline trained side by side under the same budget. They
+# translate the same test sentences here, so the rows compare like with like.
+
+# %%
+shipped = {name: wb.pretrained(name) for name in ("small-de-en", "gru-de-en")}
+for name, (m, t, card) in shipped.items():
+    hyps = translate(m, t, sources, beam=4)
+    results[f"shipped {name}, beam 4"] = {"bleu": corpus_bleu(hyps, refs).score, "tok_bleu": tokenized_bleu(hyps, refs).score,
+                                         "chrf": chrf(hyps, refs).score}
+    print(f"{name}: {card['training']['minutes']} min, {card['training']['steps']} steps; card test BLEU (1000 sentences, beam 4) "
+          f"{card['bleu']['test_2016_flickr']['beam4']}")
+pd.DataFrame(results).T
+
+# %% [markdown]
+# ### The paper's Table 2 beside ours
+# | system | task | BLEU |
+# |---|---|---|
+# | Transformer (base), paper | WMT 2014 English→German, newstest2014 | 27.3 |
+# | Transformer (big), paper | WMT 2014 English→German | 28.4 |
+# | Transformer (base), paper | WMT 2014 English→French | 38.1 |
+# | Transformer (big), paper | WMT 2014 English→French | 41.8 |
+# | `small-de-en`, this workbench | Multi30k German→English, test_2016_flickr | see the table above |
+#
+# The numbers do not measure the same thing: the paper trains 65M–213M parameter models for 12 hours to 3.5 days on
+# 8 GPUs on 4.5M–36M sentence pairs of news, and reports tokenized BLEU (with compound splitting for EN-DE); ours is a
+# 7.6M parameter model trained for under two hours on a laptop-class CPU on 29,000 one-line image captions, scored
+# with sacreBLEU. Captions are short and repetitive, which makes Multi30k far easier than news: a higher number here
+# does not mean a better model than the paper's.
+
+# %% [markdown]
 # ## Cross-attention alignments of a test sentence
+# Read from the shipped `small-de-en` (a trained model gives sharp alignments), or from `CHECKPOINT` when you set it.
 
 # %%
 from workbench.inspection import inspect_translation
-ins = inspect_translation(model, tok, sources[1], beam=4)
+align_model, align_tok = (model, tok) if CHECKPOINT else shipped["small-de-en"][:2]
+ins = inspect_translation(align_model, align_tok, sources[1], beam=4)
 figures.attention_heatmap(ins.weights("cross", -1).mean(0), ins.out_tokens, ins.src_tokens,
                           title="cross-attention, last layer, mean of heads").show()
 
 # %% [markdown]
-# ## The recurrent baseline on the same step budget
+# ## Our own recurrent baseline on the same step budget
 
 # %%
 rnn, rtok, rstate = get_translator(arch="rnn", **{**kw, "max_steps": rnn_steps, "warmup_steps": rnn_warmup})
@@ -124,3 +161,10 @@ else:     # a translator well above noise: the 5-minute budget these 400 steps r
           # cores (a slower machine, fewer steps in 5 minutes: 5.5), the 41-minute benchmark recipe 39
     assert metrics["last, beam 4"] > 8.0
     assert metrics["last, beam 4"] >= metrics["last, greedy"] - 1.0  # beam search is not worse than greedy
+    # on the whole test set the shipped Transformer beats the shipped GRU trained under the same budget (card figures:
+    # 37.8 vs 34.3; on fewer sentences the gap is too noisy to assert)
+    if len(test) >= 500:
+        assert metrics["shipped small-de-en, beam 4"] > metrics["shipped gru-de-en, beam 4"]
+# the shipped translator, trained for 100 CPU minutes, is far ahead of what this notebook trains in a few minutes:
+# more than 10 BLEU (its card: 37.8 on the whole test set; our 400-step model gives about 12, a SMOKE one about 0)
+assert metrics["shipped small-de-en, beam 4"] > metrics["last, beam 4"] + 10
