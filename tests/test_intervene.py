@@ -12,7 +12,7 @@ from workbench.capture import capture_attention
 from workbench.decode import greedy_decode
 from workbench.errors import InterventionError
 from workbench.heads import mask_heads
-from workbench.intervene import ablate_heads, attention_blocks, head_means, resolve_heads
+from workbench.intervene import ablate_heads, attention_blocks, head_means, intervened_greedy, resolve_heads
 
 
 @pytest.fixture(scope="module")
@@ -176,4 +176,25 @@ def test_bad_mode_and_means_raise_clear_errors(setup):
     with pytest.raises(InterventionError, match="no entry for block \\('cross', 1\\)"):
         with ablate_heads(model, [("cross", 1, 0)], mode="mean", means={("cross", 0): torch.zeros(4, 12)}):
             pass
+    assert hooks_remaining(model) == 0
+
+
+def test_intervened_greedy_equals_greedy_decoding_under_the_same_ablation(setup):
+    model, src, _ = setup
+    row = src[0].tolist()
+    reference = greedy_decode(model, src[:1], max_extra=8)[0].tolist()
+    reference = reference[: reference.index(3) + 1] if 3 in reference else reference
+    same = intervened_greedy(model, row, reference, heads=[], max_extra=8)
+    assert same.out_ids == reference and same.diverged_at is None and same.cache is not None
+    changed = 0
+    for heads in ([("cross", 0, None)], [("enc_self", 1, 2)], [("dec_self", 0, 1), ("cross", 2, None)],
+                  [("enc_self", 0, None), ("enc_self", 1, None)]):
+        got = intervened_greedy(model, row, reference, heads=heads, max_extra=8, capture=False)
+        with ablate_heads(model, heads):
+            expected = greedy_decode(model, src[:1], max_extra=8)[0].tolist()
+            logp = torch.log_softmax(model(src[:1], torch.tensor([[2, *reference[:-1]]]))[0], -1)
+        assert got.out_ids == expected[: len(got.out_ids)] and set(expected[len(got.out_ids):]) <= {0}
+        torch.testing.assert_close(got.reference_logprob, logp[torch.arange(len(reference)), reference])
+        changed += got.out_ids != reference
+    assert changed >= 2  # the continuation path (divergence, then cached steps) ran, not only the shortcut
     assert hooks_remaining(model) == 0

@@ -784,6 +784,14 @@ def rollout_heatmap(
     return fig
 
 
+def row_shares(values: Any) -> np.ndarray:
+    """|values| with every row rescaled to sum to 1 (all-zero rows stay zero): what
+    :func:`attention_vs_attribution` draws. Shapes: (T, S) -> (T, S)."""
+    mag = np.abs(_to_numpy(values).astype(float))
+    total = mag.sum(-1, keepdims=True)
+    return mag / np.where(total > 0, total, 1.0)
+
+
 def attention_vs_attribution(
     panels: Mapping[str, Any],
     query_tokens: Sequence[str] | None = None,
@@ -821,8 +829,7 @@ def attention_vs_attribution(
     hover = _hover(q, k)
     top = 0.0
     for col, (name, a) in enumerate(arrays.items(), start=1):
-        mag = np.abs(a)
-        norm = mag / np.where(mag.sum(-1, keepdims=True) > 0, mag.sum(-1, keepdims=True), 1.0)  # rows sum to 1
+        norm = row_shares(a)
         top = max(top, float(norm.max()) if norm.size else 0.0)
         text = np.array([[f"{hover[i, j]}<br>value: {a[i, j]:.4g}" for j in range(S)] for i in range(T)], dtype=object)
         fig.add_trace(go.Heatmap(z=norm, x=list(range(S)), y=list(range(T)), coloraxis="coloraxis", customdata=text,
@@ -862,4 +869,4 @@ def token_bars(tokens: Sequence[str], values: Any, title: str | None = None, yla
     return fig
 
 
-__all__ += ["attention_vs_attribution", "rollout_heatmap", "token_bars"]
+__all__ += ["attention_vs_attribution", "rollout_heatmap", "row_shares", "token_bars"]

@@ -26,13 +26,14 @@ block: teacher forcing, greedy and beam search with or without the key/value cac
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .capture import HookPoint
+from .capture import AttentionCache, HookPoint, capture_attention
 from .errors import InterventionError
 
 HEAD_KINDS = ("enc_self", "dec_self", "cross")
@@ -216,3 +217,95 @@ def head_means(model: nn.Module, batches: Iterable[Any]) -> dict[BlockKey, Tenso
     if not any(counts.values()):
         raise InterventionError("head_means saw no tokens: pass a non-empty list of batches")
     return {key: (sums[key] / max(1, counts[key])).float() for key in blocks}
+
+
+# -- re-translating under an intervention (what the inspector runs on every toggle) --------------------------------
+@dataclass
+class InterventionOutcome:
+    """What an intervention does to one sentence's greedy translation.
+
+    Shapes:
+        reference_logprob: (T,) log-probabilities of the reference tokens, one per decoder position
+    """
+
+    heads: list[Head]  # the ablated heads, whole layers expanded
+    out_ids: list[int]  # the intervened model's greedy translation (y1 .. eos)
+    reference_logprob: Tensor  # log p(reference token t | reference prefix) under the intervened model
+    cache: AttentionCache | None  # attention of the teacher-forced pass over the reference (if captured)
+    diverged_at: int | None  # first position where out_ids leaves the reference; None if they are the same
+
+
+def _step_limit(model: nn.Module, n_src: int, max_extra: int) -> int:
+    """Greedy decoding's output budget (eos included), as in :func:`workbench.decode.greedy_decode`."""
+    return max(1, min(n_src + max_extra, model.cfg.max_len - 1))
+
+
+@torch.no_grad()
+def intervened_greedy(
+    model: nn.Module,
+    src_ids: Sequence[int],
+    reference_ids: Sequence[int],
+    heads: Iterable[tuple[str, int, int | None]] = (),
+    mode: str = "zero",
+    means: Mapping[BlockKey, Tensor] | None = None,
+    bos_id: int = 2,
+    eos_id: int = 3,
+    max_extra: int = 50,
+    capture: bool = True,
+) -> InterventionOutcome:
+    """Greedy translation and reference log-probabilities of one sentence with heads switched off.
+
+    One teacher-forced pass over the reference (the original translation) gives the log-probability of every
+    reference token and, when ``capture``, the attention of the intervened model. Its argmaxes also tell where
+    greedy decoding would first leave the reference: up to that position the two coincide, so decoding only
+    continues from there (prefix fed at once, then step by step with the key/value cache). The result is the
+    translation :func:`workbench.decode.greedy_decode` gives under the same intervention (up to floating-point
+    near-ties between the batched and the step-by-step pass), usually for a fraction of the decoding steps.
+
+    Args:
+        src_ids: source ids (eos included); reference_ids: a translation (y1 .. eos), e.g. the original one.
+        heads, mode, means: as in :func:`ablate_heads`; no heads gives the unmodified model.
+        max_extra: output budget beyond the source length, as in greedy decoding.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    ref = [int(i) for i in reference_ids]
+    if not ref:
+        raise InterventionError("reference_ids is empty: pass a translation ending in eos")
+    src = torch.tensor([list(src_ids)], device=device)  # (1, S)
+    tgt_in = torch.tensor([[bos_id, *ref[:-1]]], device=device)  # (1, T)
+    limit = _step_limit(model, src.shape[1], max_extra)
+    with ablate_heads(model, heads, mode=mode, means=means) as ablated:
+        with capture_attention(model) if capture else contextlib.nullcontext() as cache:
+            logits = model(src, tgt_in)[0]  # (T, V)
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        reference_logprob = logp[torch.arange(len(ref), device=device), torch.tensor(ref, device=device)].cpu()
+        predicted = logits.argmax(-1).tolist()
+        out, diverged = [], None
+        for t, token in enumerate(ref):
+            choice = eos_id if t + 1 >= limit else predicted[t]  # budget spent: greedy decoding ends here
+            out.append(choice)
+            if choice != token:
+                diverged = t
+                break
+            if choice == eos_id:
+                break
+        if diverged is not None and out[-1] != eos_id:
+            out = _continue_greedy(model, src, out, bos_id, eos_id, limit)
+    return InterventionOutcome(heads=ablated, out_ids=out, reference_logprob=reference_logprob,
+                               cache=cache if capture else None, diverged_at=diverged)
+
+
+def _continue_greedy(model: nn.Module, src: Tensor, prefix: list[int], bos_id: int, eos_id: int, limit: int) -> list[int]:
+    """Greedy decoding of one sentence that starts from a given output prefix (fed in one cached pass)."""
+    src_mask = model.src_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = model.init_cache(memory, src_mask)
+    out = list(prefix)
+    feed = torch.tensor([[bos_id, *out]], device=src.device)  # (1, t + 1): everything not fed yet
+    while out[-1] != eos_id:
+        logits = model.decode(feed, memory, src_mask, cache)[0, -1]  # (V,)
+        token = eos_id if len(out) + 1 >= limit else int(logits.argmax())
+        out.append(token)
+        feed = torch.tensor([[token]], device=src.device)
+    return out
