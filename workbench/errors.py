@@ -41,3 +41,11 @@ class TrainingError(WorkbenchError, RuntimeError):
 
 class NotebookParameterError(WorkbenchError, ValueError):
     """A misspelt or ill-typed notebook parameter."""
+
+
+class InterventionError(WorkbenchError, ValueError):
+    """A head intervention that cannot be applied: unknown attention kind, layer or head, or missing means."""
+
+
+class AttributionError(WorkbenchError, ValueError):
+    """Attribution asked for something the model or input cannot give (bad method, positions or foil token)."""

@@ -773,3 +773,115 @@ def to_image(fig: go.Figure, path: str | Path, format: str | None = None, scale:
             "BROWSER_PATH at an existing chrome/chromium binary; to_html(fig, path) works without a browser"
         ) from exc
     return path
+
+
+# -- information flow, attribution and interventions ---------------------------------------------------------------
+def rollout_heatmap(
+    rollout: Any,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    title: str | None = "attention rollout",
+    max_tokens: int | None = None,
+) -> go.Figure:
+    """An attention rollout or flow matrix (:mod:`workbench.flow`): top positions down, input tokens across.
+
+    Drawn like :func:`attention_heatmap` (same axes, hover and sizing), with the colour scale running from 0 to
+    the largest entry, since rolled-out shares spread out and would look blank on [0, 1].
+
+    Shapes:
+        rollout: (Tq, Tk), e.g. (S, S) through the encoder or (T, S) from output tokens to the source
+    """
+    r = _to_numpy(rollout).astype(float)
+    _ndim_check(r, (2,), "rollout", "a (Tq, Tk) rollout or flow matrix")
+    top = float(np.nanmax(r)) if r.size else 1.0
+    fig = attention_heatmap(r, query_tokens, key_tokens, title=title, max_tokens=max_tokens, zmax=top if top > 0 else 1.0)
+    fig.update_traces(hovertemplate="%{customdata}<br>share: %{z:.3f}<extra></extra>", colorbar_title_text="share")
+    return fig
+
+
+def row_shares(values: Any) -> np.ndarray:
+    """|values| with every row rescaled to sum to 1 (all-zero rows stay zero): what
+    :func:`attention_vs_attribution` draws. Shapes: (T, S) -> (T, S)."""
+    mag = np.abs(_to_numpy(values).astype(float))
+    total = mag.sum(-1, keepdims=True)
+    return mag / np.where(total > 0, total, 1.0)
+
+
+def attention_vs_attribution(
+    panels: Mapping[str, Any],
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    title: str | None = None,
+    cell_px: int | None = None,
+    max_tick_labels: int = 40,
+) -> go.Figure:
+    """Source-side views of one sentence side by side: attention summaries and attributions, one panel each.
+
+    Every panel is shown as |value| with each row rescaled to sum to 1 (attention rows already do), so a
+    signed attribution and an attention distribution share one colour scale; the hover shows the raw value too.
+    Panels are traces in the order given.
+
+    Args:
+        panels: name -> (T, S) values, e.g. ``{"cross-attention (mean)": ..., "integrated gradients": ...}``.
+        query_tokens: T output tokens (rows); key_tokens: S source tokens (columns).
+
+    Shapes:
+        each panel: (T, S)
+    """
+    if not panels:
+        raise FigureInputError("no panels to draw: pass {name: (T, S) array}")
+    arrays = {name: _to_numpy(v).astype(float) for name, v in panels.items()}
+    shapes = {a.shape for a in arrays.values()}
+    for name, a in arrays.items():
+        _ndim_check(a, (2,), f"panel {name!r}", "a (T, S) array")
+    if len(shapes) != 1:
+        raise FigureInputError(f"panels have different shapes {sorted(shapes)}: give every panel the same (T, S)")
+    T, S = next(iter(shapes))
+    q, k = _labels(query_tokens, T, "query_tokens"), _labels(key_tokens, S, "key_tokens")
+    names = [_esc(n) for n in arrays]
+    fig = make_subplots(rows=1, cols=len(arrays), subplot_titles=names, shared_yaxes=True,
+                        horizontal_spacing=min(0.04, 0.4 / max(1, len(arrays) - 1)))
+    hover = _hover(q, k)
+    top = 0.0
+    for col, (name, a) in enumerate(arrays.items(), start=1):
+        norm = row_shares(a)
+        top = max(top, float(norm.max()) if norm.size else 0.0)
+        text = np.array([[f"{hover[i, j]}<br>value: {a[i, j]:.4g}" for j in range(S)] for i in range(T)], dtype=object)
+        fig.add_trace(go.Heatmap(z=norm, x=list(range(S)), y=list(range(T)), coloraxis="coloraxis", customdata=text,
+                                 hovertemplate=f"{_esc(name)}<br>%{{customdata}}<br>share of row: %{{z:.3f}}<extra></extra>"),
+                      row=1, col=col)
+    cell = cell_px or _cell_px(max(T, S * len(arrays)))
+    left, bottom = _label_px(q), _label_px(k)
+    fig.update_layout(
+        title=title, coloraxis={"colorscale": COLORSCALE, "cmin": 0.0, "cmax": top if top > 0 else 1.0,
+                                "colorbar": {"title": {"text": "|value|, row share", "side": "right"}, "thickness": 14}},
+        width=left + 110 + len(arrays) * (cell * S + 30), height=(70 if title else 50) + bottom + max(cell * T, 2 * MIN_CELL_PX),
+        autosize=False, margin={"l": left, "r": 110, "t": 70 if title else 50, "b": bottom}, plot_bgcolor="white",
+    )
+    fig.update_xaxes(tickangle=-60, tickfont={"size": 10}, showgrid=False, **_token_axis(k, max_tick_labels))
+    fig.update_yaxes(autorange="reversed", tickfont={"size": 10}, showgrid=False, **_token_axis(q, max_tick_labels))
+    fig.update_annotations(font_size=11)
+    return fig
+
+
+def token_bars(tokens: Sequence[str], values: Any, title: str | None = None, ylabel: str = "Δ log p") -> go.Figure:
+    """One bar per token position (repeated tokens keep their own bar), negative bars red and positive blue.
+
+    Used for the change in each output token's log-probability when heads are switched off.
+
+    Shapes:
+        values: (T,) one per token
+    """
+    labels = _labels(tokens, len(tokens), "tokens")
+    vals = _series(values, len(labels), "values")
+    colours = ["#d62728" if v < 0 else "#1f77b4" for v in vals]
+    fig = go.Figure(go.Bar(x=list(range(len(labels))), y=vals, marker_color=colours, customdata=labels,
+                           hovertemplate="%{customdata} (%{x}): %{y:.4g}<extra></extra>"))
+    fig.update_layout(title=title, yaxis_title=ylabel, height=320, width=max(420, 28 * len(labels) + 160),
+                      margin={"b": _label_px(labels)}, plot_bgcolor="white")
+    fig.update_xaxes(tickangle=-60, **_token_axis(labels, DEFAULT_MAX_TOKENS))
+    fig.update_yaxes(zeroline=True, zerolinecolor="#888")
+    return fig
+
+
+__all__ += ["attention_vs_attribution", "rollout_heatmap", "row_shares", "token_bars"]

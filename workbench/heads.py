@@ -2,7 +2,8 @@
 
 Importance follows Michel, Levy and Neubig (2019), "Are Sixteen Heads Really Better than One?": every head's
 output is multiplied by a gate xi_h = 1 and the importance of head h is E |dL / dxi_h| over data, normalised
-per layer by its L2 norm. Masking a head sets its gate to 0 (its output no longer reaches W^O).
+per layer by its L2 norm. Masking a head zeroes its output (it no longer reaches W^O): see
+:mod:`workbench.intervene` for the interventions themselves.
 """
 
 from __future__ import annotations
@@ -14,16 +15,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .intervene import ablate_heads, attention_blocks
+
 HeadKey = tuple[str, int]  # (kind, layer), kind in "enc_self", "dec_self", "cross"
-
-
-def attention_blocks(model: nn.Module) -> dict[HeadKey, nn.Module]:
-    """Every multi-head block of a Transformer by (kind, layer)."""
-    return {
-        (m.capture_kind, m.capture_layer): m
-        for m in model.modules()
-        if getattr(m, "capture_kind", None) in ("enc_self", "dec_self", "cross") and hasattr(m, "hook_z")
-    }
 
 
 def _valid_rows(weights: Tensor) -> Tensor:
@@ -99,14 +93,12 @@ def gate_heads(model: nn.Module, gates: dict[HeadKey, Tensor]) -> Iterator[dict[
 
 @contextlib.contextmanager
 def mask_heads(model: nn.Module, heads: Iterable[tuple[str, int, int]]) -> Iterator[None]:
-    """Switch off the given (kind, layer, head) triples for the duration of the block."""
-    blocks = attention_blocks(model)
-    gates: dict[HeadKey, Tensor] = {}
-    for kind, layer, head in heads:
-        block = blocks[(kind, layer)]
-        p = next(block.parameters())
-        gates.setdefault((kind, layer), torch.ones(block.n_heads, device=p.device))[head] = 0.0
-    with gate_heads(model, gates):
+    """Switch off the given (kind, layer, head) triples for the duration of the block.
+
+    Zero-ablation through :func:`workbench.intervene.ablate_heads` (which also offers mean-ablation and whole
+    layers, and checks every triple against the model).
+    """
+    with ablate_heads(model, heads, mode="zero"):
         yield
 
 

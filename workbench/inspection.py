@@ -8,7 +8,7 @@ own output, so the patterns belong to the translation the reader sees.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +29,8 @@ class Inspection:
     tgt_tokens: list[str]  # decoder input tokens (bos, y1 .. y_{n-1}): decoder queries and self-attention keys
     out_tokens: list[str]  # the token each decoder position produced (y1 .. yn, eos included)
     cache: AttentionCache  # cache["enc_self" | "dec_self" | "cross", layer] -> (1, H, Tq, Tk)
+    src_ids: list[int] = field(default_factory=list)  # ids of src_tokens
+    out_ids: list[int] = field(default_factory=list)  # ids of out_tokens (y1 .. yn, eos); decoder input: [bos, *out_ids[:-1]]
 
     def weights(self, kind: str, layer: int) -> Tensor:
         """Shapes: -> (H, Tq, Tk) for this sentence."""
@@ -70,6 +72,8 @@ def inspect_translation(model: nn.Module, tokenizer: Any, sentence: str, beam: i
         tgt_tokens=[tok(i, "tgt") for i in tgt_in[0].tolist()],
         out_tokens=[tok(i, "tgt") for i in hyp],
         cache=cache,
+        src_ids=[int(i) for i in ids],
+        out_ids=hyp,
     )
 
 
