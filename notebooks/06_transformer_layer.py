@@ -157,7 +157,7 @@ post_g, pre_g = np.array(grad_norms["post-LN"]), np.array(grad_norms["pre-LN"])
 metrics.update(
     post_resid_norm_error=float(np.max(np.abs(np.array(resid_norms["post-LN"]) - math.sqrt(D_MODEL)))),
     pre_resid_growth_enc=resid_norms["pre-LN"][N_LAYERS - 1] / resid_norms["pre-LN"][0],
-    pre_resid_monotone=bool(np.all(np.diff(resid_norms["pre-LN"][:N_LAYERS]) > 0) and np.all(np.diff(resid_norms["pre-LN"][N_LAYERS:]) > 0)),
+    pre_resid_growth_dec=resid_norms["pre-LN"][-1] / resid_norms["pre-LN"][N_LAYERS],
     post_dec_grad_ratio=float(post_g[-1] / post_g[N_LAYERS]), pre_dec_grad_ratio=float(pre_g[-1] / pre_g[N_LAYERS]),
     post_grad_spread=float(post_g.max() / post_g.min()), pre_grad_spread=float(pre_g.max() / pre_g.min()),
 )
@@ -354,12 +354,14 @@ metrics.update({f"{n}_{k}": v for n, r in totals.items() for k, v in r.items()})
 
 # %% [markdown]
 # Where the difference comes from: the architecture fixes every count except the vocabulary, which the paper gives
-# only as "about 37000" (and the totals are rounded to millions). LayerNorms and biases are a fraction of a percent;
-# the sinusoidal positions have no parameters. Solving for the vocabulary that would reproduce each published count
-# gives about 40,700 tokens for `base` and 35,800 for `big`: the two totals cannot both come from the same
-# vocabulary with this architecture, and both lie within about 10% of 37000. So the check below allows what the
-# paper leaves open, a vocabulary within ±10% of 37000 (±3,700 rows of the embedding) plus half a million for the
-# rounding, and no more: a missing layer (−3.2M in `base`) or an untied output projection (+19M) would fail it.
+# only as "about 37000", and the published totals are rounded to millions. LayerNorm gains and biases are 0.05% of
+# `base` (30,720 parameters), all biases together about 0.1%, and the sinusoidal positions have no parameters at
+# all. Solving for the vocabulary that would reproduce each published total exactly gives about 40,700 tokens for
+# `base` (+10%) and 35,800 for `big` (−3%): the two totals cannot both come from one vocabulary with this
+# architecture, and the paper does not say how it counted. So the check below allows what the paper leaves open,
+# a vocabulary within ±10% of 37,000 (±3,700 embedding rows) plus half a million for the rounding, and no more:
+# that is ±3.7% for `base` and ±2.0% for `big`. A missing layer (−3.2M in `base`, −4.9%) or an untied output
+# projection (+18.9M) would fail it.
 
 # %% [markdown]
 # ## 6 · What this notebook showed
@@ -369,7 +371,28 @@ with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["layernorm_error"] < 1e-5 and metrics["wiring_error"] < 1e-5          # the layers are wired as written
 assert metrics["post_resid_norm_error"] < 1e-2 * math.sqrt(D_MODEL)                  # post-LN: every layer ends at norm √d
-assert metrics["pre_resid_monotone"] and metrics["pre_resid_growth_enc"] > 1.2       # pre-LN: the stream grows with depth
+# pre-LN: the stream grows with depth (last / first layer 1.6 to 2.1 in both stacks over four seeds while developing;
+# not necessarily at every single layer, since x and F(LN(x)) can partly cancel)
+assert metrics["pre_resid_growth_enc"] > 1.3 and metrics["pre_resid_growth_dec"] > 1.3
+# The depth, width, task and learning-rate claims below were measured at the default settings (over several seeds
+# while developing); other settings are for exploring, and their outcome is printed instead of checked.
+measured = (D_MODEL, N_LAYERS, TASK, PEAK_LR, WARMUP_STEPS, MAX_TOKENS) == (32, 6, "copy", 0.003, 50, 600) and train_steps in (100, 300)
+pw, pn, Pn = (metrics[f"{k}_val_loss"] for k in ("postln_warmup", "postln_no_warmup", "preln_no_warmup"))
+print(f"decoder gradient ratio last/first: post-LN {metrics['post_dec_grad_ratio']:.2f}, pre-LN {metrics['pre_dec_grad_ratio']:.2f}; "
+      f"validation loss: post-LN warm-up {pw:.3f}, post-LN none {pn:.3f}, pre-LN none {Pn:.3f}")
+if measured:
+    # gradients at initialisation: post-LN's decoder gradients grow towards the output (last / first decoder
+    # layer 1.95 to 6.8 over four seeds while developing), pre-LN's do not (0.55 to 0.76); 1.5 and 1.2 sit between
+    assert metrics["post_dec_grad_ratio"] > 1.5 and metrics["pre_dec_grad_ratio"] < 1.2
+# warm-up: post-LN without it lags behind post-LN with it, and pre-LN without it does not. While developing, over
+# three seeds, the lag was 0.2 to 0.24 nats of validation loss after 100 steps and 0.8 after 300; pre-LN without
+# warm-up was ahead of post-LN without it by 0.6 or more after 100 steps, and ahead of post-LN *with* warm-up after
+# 300. The SMOKE run (100 steps) asserts the early gap with a margin of two standard errors of the validation loss
+# (0.05); the full run asserts the larger gaps.
+if measured and train_steps == 100:
+    assert pn > pw + 0.05 and Pn < pn - 0.2, (pw, pn, Pn)
+elif measured:
+    assert pn > pw + 0.3 and Pn < pw, (pw, pn, Pn)
 assert metrics["ffn_conv_max_diff"] < 1e-5 and metrics["ffn_position_independent"] < 1e-5
 assert abs(metrics["ffn_share_encoder"] - 2 / 3) < 2e-3                               # 8d² of 12d², up to O(d) terms
 assert abs(metrics["ffn_share_decoder"] - 1 / 2) < 2e-3                               # 8d² of 16d²
@@ -378,6 +401,18 @@ assert abs(metrics["scaled_to_position_ratio"] - math.sqrt(2)) < 0.1            
 assert metrics["unscaled_to_position_ratio"] < 0.2                                    # without the factor: positions dominate
 assert metrics["saving_output_tie"] == metrics["embedding_size"] == metrics["saving_src_tie"]   # each tie saves V·d
 assert metrics["logits_by_hand_error"] < 1e-4 and metrics["prob_sum_error"] < 1e-5   # z = h·Eᵀ; probabilities sum to 1
+assert metrics["correct_next_prob"] > 1 / V                                           # trained: better than uniform over V
 for name in ("base", "big"):
     assert metrics[f"{name}_components_match"] and metrics[f"{name}_total"] == metrics[f"{name}_formula_total"]
-    assert abs(metrics[f"{name}_relative"]) < metrics[f"{name}_tolerance"], (name, metrics[f"{name}_relative"])
+    if VOCAB_SIZE == 37000:  # the paper's vocabulary: its published totals must be matched within what it leaves open
+        assert abs(metrics[f"{name}_relative"]) < metrics[f"{name}_tolerance"], (name, metrics[f"{name}_relative"])
+
+# %% [markdown]
+# ## Try it
+#
+# * `workbench notebooks run --only 06 -p N_LAYERS=2` — shallow stacks: does the post-LN gradient still grow towards
+#   the output, and does post-LN still need the warm-up? (The default-setting checks are then printed, not asserted.)
+# * `workbench notebooks run --only 06 -p PEAK_LR=0.001` — a gentler peak learning rate: watch the gap between
+#   post-LN with and without warm-up in the loss curves.
+# * `workbench notebooks run --only 06 -p VOCAB_SIZE=32768` — a 32k vocabulary, common in later reimplementations:
+#   how far do `base` and `big` move from the paper's 65M and 213M?
