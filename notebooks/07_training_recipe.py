@@ -1,0 +1,388 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · The training recipe, one piece at a time
+#
+# Section 5 of the paper trains the Transformer with four ingredients that are easy to state and easy to get
+# subtly wrong: a learning rate that **warms up** linearly and then decays with the inverse square root of the
+# step; **Adam** with an unusually small $\beta_2 = 0.98$; **label smoothing** of the targets with
+# $\varepsilon_{ls} = 0.1$; and, at the end, the **average** of the last checkpoints. At test time a beam search
+# ranks its hypotheses with a **length penalty**. Elsewhere the workbench hides all of this inside `fit()`;
+# here every piece is drawn, checked against a hand computation, and then put together in a training loop that
+# is written out in full, on a small synthetic task so that it runs in seconds.
+
+# %% tags=["parameters"]
+SMOKE: bool = False  # shorter training loop (what CI runs)
+SEED: int = 0  # seeds the data, the parameters and the batch order
+PAPER_D_MODEL: int = 512  # the paper's base width
+PAPER_WARMUP: int = 4000  # the paper's warm-up steps
+OUR_D_MODEL: int = 256  # width of the `small` preset, our CPU recipe
+OUR_WARMUP: int = 800  # warm-up steps of our CPU recipe
+OUR_LR_FACTOR: float = 1.0  # lr_factor of our CPU recipe
+SCHEDULE_STEPS: int = 20000  # steps drawn in the schedule figure
+LABEL_SMOOTHING: float = 0.1  # epsilon_ls (paper: 0.1)
+TASK: str = "reverse"  # synthetic task of the training loop: "copy", "reverse" or "sort"
+TRAIN_PAIRS: int = 3000  # training pairs of the synthetic task
+TRAIN_STEPS: int = 500  # optimizer steps of the written-out loop
+LOOP_D_MODEL: int = 64  # width of the loop's model (4 heads, d_ff four times wider, 2 + 2 layers)
+LOOP_WARMUP: int = 100  # warm-up steps of the loop
+LOOP_LR_FACTOR: float = 0.3  # lr_factor of the loop (its peak is factor / sqrt(d_model · warm-up))
+MAX_TOKENS: int = 800  # token budget per batch (source + target, padded)
+CKPT_EVERY: int = 25  # optimizer steps between the snapshots that are averaged
+N_AVERAGE: int = 5  # snapshots averaged (paper: the last 5)
+ALPHAS: str = "0.0 0.6 1.0 2.0"  # length-penalty exponents compared (paper: 0.6)
+BEAM: int = 4  # beam size (paper: 4)
+
+# %%
+train_steps = 200 if SMOKE else TRAIN_STEPS
+train_pairs = 1500 if SMOKE else TRAIN_PAIRS
+alphas = [float(a) for a in ALPHAS.split()]
+assert N_AVERAGE >= 2 and train_steps >= N_AVERAGE * CKPT_EVERY, "the loop must write N_AVERAGE snapshots"
+
+# %%
+import json, math
+import numpy as np
+import torch
+import workbench as wb
+from workbench import figures
+figures.setup_offline_renderer()
+wb.set_seed(SEED)
+metrics = {}
+
+# %%
+from pathlib import Path
+from IPython.display import Markdown, display
+from workbench import analysis
+from workbench.train import rate, label_smoothed_loss, evaluate
+from workbench.batching import make_batch, token_batches
+from workbench.checkpoint import save_checkpoint, load_checkpoint, average_checkpoints, load_state
+from workbench.data import synthetic_pairs
+from workbench.decode import beam_search, length_penalty, translate
+from workbench.metrics import corpus_bleu
+from workbench.tokenizer import WordTokenizer
+
+# %% [markdown]
+# ## 1 · The learning-rate schedule
+#
+# $$\text{lrate}(s) = \text{factor}\cdot d_\text{model}^{-0.5}\cdot\min\!\left(s^{-0.5},\; s\cdot
+#   \text{warmup}^{-1.5}\right)$$
+#
+# The two terms cross at $s = \text{warmup}$: before it the rate grows linearly in $s$, after it it decays as
+# $1/\sqrt{s}$, so the peak is at the warm-up step and equals $\text{factor}/\sqrt{d_\text{model}\cdot
+# \text{warmup}}$. The paper's base model ($d_\text{model}=512$, 4000 warm-up steps) peaks at about
+# $7\times10^{-4}$. Our CPU recipe trains the `small` preset (width 256) for a few thousand steps, not 100,000,
+# so it warms up for 800 steps: with the same factor the peak is then about $2.2\times$ higher.
+# `workbench.train.rate` is the function `fit()` hands to the scheduler.
+
+# %%
+steps = np.arange(1, SCHEDULE_STEPS + 1)
+settings = {f"paper: d_model {PAPER_D_MODEL}, warm-up {PAPER_WARMUP}": (PAPER_D_MODEL, PAPER_WARMUP, 1.0),
+            f"ours: d_model {OUR_D_MODEL}, warm-up {OUR_WARMUP}, factor {OUR_LR_FACTOR}": (OUR_D_MODEL, OUR_WARMUP, OUR_LR_FACTOR)}
+curves = {name: np.array([rate(int(s), d, w, f) for s in steps]) for name, (d, w, f) in settings.items()}
+figures.line_figure(steps[::20], {k: v[::20] for k, v in curves.items()}, xlabel="optimizer step", ylabel="learning rate",
+                    title="warm-up, then inverse-square-root decay").show()
+schedule = {}
+for (name, (d, w, f)), curve in zip(settings.items(), curves.values(), strict=True):
+    peak_formula = f / math.sqrt(d * w)
+    schedule[name] = dict(argmax=int(steps[curve.argmax()]), peak=float(curve.max()), peak_formula=peak_formula,
+                          linear_ratio=rate(w // 2, d, w, f) / rate(w // 4, d, w, f), decay_ratio=rate(4 * w, d, w, f) / rate(w, d, w, f))
+    print(f"{name}: peak {curve.max():.3e} at step {schedule[name]['argmax']} (formula factor/√(d·w) = {peak_formula:.3e})")
+paper, ours = schedule.values()
+metrics.update(paper_peak_step=paper["argmax"], paper_peak=paper["peak"], paper_peak_formula=paper["peak_formula"],
+               our_peak_step=ours["argmax"], our_peak=ours["peak"], our_peak_formula=ours["peak_formula"],
+               warmup_linear_ratio=paper["linear_ratio"], decay_ratio_4x=paper["decay_ratio"])
+
+# %% [markdown]
+# ## 2 · Label smoothing
+#
+# Instead of the one-hot target, the loss is the cross-entropy against a smoothed distribution: the correct token
+# keeps $1-\varepsilon$ and $\varepsilon$ is spread evenly over the whole vocabulary of $V$ tokens (this is what
+# `F.cross_entropy(..., label_smoothing=ε)` does, and what `label_smoothed_loss` calls, skipping padding targets):
+#
+# $$q_v = (1-\varepsilon)\,[v = y] + \varepsilon / V, \qquad
+#   \mathcal{L} = -\sum_{\text{tokens}} \sum_v q_v \log p_v .$$
+#
+# The paper notes that this *hurts perplexity* (the model learns to be less sure) but helps accuracy and BLEU. The
+# figure draws $q$ for the task's vocabulary; below it, the loss is computed by hand and by the package.
+
+# %%
+data = synthetic_pairs(TASK, train_pairs + 200, 3, 12, 20, seed=SEED)
+train, val = data[:train_pairs], data[train_pairs:]
+tok = WordTokenizer.train(train)
+V, pad = tok.tgt_vocab_size, tok.pad_id
+y = tok.encode_tgt([train[0][1]])[0][1]                                      # the first target token of pair 0
+q = torch.full((V,), LABEL_SMOOTHING / V); q[y] += 1 - LABEL_SMOOTHING          # (V,) the smoothed target
+figures.bar_figure([tok.id_to_token(i) for i in range(V)], q.numpy(), ylabel="target probability",
+                   title=f"smoothed target for {tok.id_to_token(y)!r}: ε = {LABEL_SMOOTHING}, V = {V}").show()
+print(f"q sums to {float(q.sum()):.6f}; correct token {float(q[y]):.4f}, every other token {LABEL_SMOOTHING / V:.5f}")
+assert abs(float(q.sum()) - 1) < 1e-6
+
+# %%
+gen = torch.Generator().manual_seed(SEED)
+logits = torch.randn(2, 5, V, generator=gen) * 2                              # (B, T, V)
+targets = torch.randint(4, V, (2, 5), generator=gen); targets[1, 3:] = pad    # two padding targets
+logp = torch.log_softmax(logits, -1)                                          # (B, T, V)
+q_all = torch.full_like(logp, LABEL_SMOOTHING / V).scatter_add(-1, targets[..., None], torch.full((2, 5, 1), 1 - LABEL_SMOOTHING))
+by_hand = -(q_all * logp).sum(-1)[targets != pad].sum()                       # summed over real target tokens
+package, n_tok = label_smoothed_loss(logits, targets, pad, LABEL_SMOOTHING)
+print(f"by hand {float(by_hand):.6f} | label_smoothed_loss {float(package):.6f} over {n_tok} tokens (padding skipped)")
+metrics.update(smoothing_hand_vs_package=float((by_hand - package).abs()), smoothing_tokens=n_tok)
+
+# %% [markdown]
+# With a one-hot target the loss keeps falling as the model grows more confident, all the way to zero. With a
+# smoothed target it has a minimum: the best prediction is $p = q$ itself, where the loss equals the entropy
+# $H(q) > 0$, and a model that pushes the correct logit further ahead is *penalised*. For logits
+# $c\cdot\text{onehot}(y)$ the best margin is $c^* = \log\!\big(1 + (1-\varepsilon)V/\varepsilon\big)$.
+
+# %%
+margins = np.linspace(0, 15, 151)
+one_target = torch.tensor([[y]])
+per_margin = [float(label_smoothed_loss(c * torch.nn.functional.one_hot(one_target, V).float(), one_target, pad, LABEL_SMOOTHING)[0])
+              for c in margins]
+unsmoothed = [float(label_smoothed_loss(c * torch.nn.functional.one_hot(one_target, V).float(), one_target, pad, 0.0)[0])
+              for c in margins]
+c_star = math.log(1 + (1 - LABEL_SMOOTHING) * V / LABEL_SMOOTHING)
+entropy_q = float(-(q * q.log()).sum())
+at_q = float(label_smoothed_loss(q.log()[None, None], one_target, pad, LABEL_SMOOTHING)[0])
+figures.line_figure(margins, {f"smoothed (ε = {LABEL_SMOOTHING})": per_margin, "one-hot (ε = 0)": unsmoothed},
+                    xlabel="margin c of the correct logit", ylabel="loss of one token",
+                    title="label smoothing makes over-confidence cost").show()
+print(f"minimum at c = {margins[int(np.argmin(per_margin))]:.2f} (formula c* = {c_star:.2f}); loss at p = q: {at_q:.4f} = H(q) = {entropy_q:.4f}")
+metrics.update(best_margin=float(margins[int(np.argmin(per_margin))]), best_margin_formula=c_star, loss_at_q=at_q,
+               entropy_q=entropy_q, loss_at_largest_margin=per_margin[-1], unsmoothed_falls=bool(np.all(np.diff(unsmoothed) < 0)))
+
+# %% [markdown]
+# ## 3 · Adam's settings
+#
+# The paper uses Adam with $\beta_1 = 0.9$, $\beta_2 = 0.98$ and $\epsilon = 10^{-9}$. The smaller $\beta_2$ (the usual
+# default is 0.999) makes the second-moment estimate forget faster, so it follows the gradient scale as it changes
+# during warm-up. The values live in `TrainConfig`, which `fit()` and the loop below read:
+
+# %%
+tcfg = wb.TrainConfig()
+adam = {"beta1": tcfg.beta1, "beta2": tcfg.beta2, "eps": tcfg.adam_eps}
+paper_adam = {"beta1": 0.9, "beta2": 0.98, "eps": 1e-9}
+display(Markdown(analysis.markdown_table([{"setting": k, "TrainConfig": v, "paper": paper_adam[k]} for k, v in adam.items()])))
+metrics["adam_matches_paper"] = adam == paper_adam
+
+# %% [markdown]
+# ## 4 · The loop, written out
+#
+# Everything `fit()` does per step, in order, with the package's pieces: length-bucketed batches under a token
+# budget (`token_batches`, `make_batch` builds the shifted target), the model's forward pass with teacher forcing,
+# the label-smoothed loss divided by the number of target tokens, backpropagation, gradient clipping at norm 1.0 (our
+# addition, see section 7), an Adam step, and the schedule's next learning rate. Every `CKPT_EVERY` steps a snapshot
+# is written with `save_checkpoint`.
+
+# %%
+src_ids, tgt_ids = tok.encode_src([s for s, _ in train]), tok.encode_tgt([t for _, t in train])
+val_src, val_tgt = tok.encode_src([s for s, _ in val]), tok.encode_tgt([t for _, t in val])
+val_batches = [make_batch([val_src[i] for i in b], [val_tgt[i] for i in b], pad)
+               for b in token_batches([len(s) for s in val_src], [len(t) - 1 for t in val_tgt], 2000, shuffle=False)]
+cfg = wb.ModelConfig(d_model=LOOP_D_MODEL, n_heads=4, d_ff=4 * LOOP_D_MODEL, n_enc_layers=2, n_dec_layers=2, dropout=0.1, max_len=64)
+wb.set_seed(SEED)
+model = wb.build_model(cfg, V, V, pad_id=pad)
+optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(tcfg.beta1, tcfg.beta2), eps=tcfg.adam_eps)
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: rate(s + 1, cfg.d_model, LOOP_WARMUP, LOOP_LR_FACTOR))
+snap_dir = Path("snapshots"); snap_dir.mkdir(exist_ok=True)
+log, snapshots, step, epoch = {"step": [], "loss": [], "lr": []}, [], 0, 0
+model.train()
+while step < train_steps:
+    for idx in token_batches([len(s) for s in src_ids], [len(t) - 1 for t in tgt_ids], MAX_TOKENS, seed=SEED, epoch=epoch):
+        batch = make_batch([src_ids[i] for i in idx], [tgt_ids[i] for i in idx], pad)   # src (B, S), tgt_in/out (B, T)
+        logits = model(batch.src, batch.tgt_in)                                          # (B, T, V)
+        loss_sum, n_tokens = label_smoothed_loss(logits, batch.tgt_out, pad, LABEL_SMOOTHING)
+        loss = loss_sum / n_tokens                                                       # mean per target token
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        log["step"].append(step); log["loss"].append(float(loss.detach())); log["lr"].append(scheduler.get_last_lr()[0])
+        if step % CKPT_EVERY == 0:
+            snapshots.append(save_checkpoint(snap_dir / f"ckpt_step{step:07d}.pt", model, tokenizer=tok, step=step))
+        if step == train_steps:
+            break
+    epoch += 1
+model.eval()
+figures.line_figure(log["step"], {"training loss (label-smoothed)": log["loss"]}, xlabel="optimizer step",
+                    title=f"the loop on the {TASK} task: {train_steps} steps, {epoch + 1} passes over the data").show()
+k = max(1, train_steps // 10)
+first, last = float(np.mean(log["loss"][:k])), float(np.mean(log["loss"][-k:]))
+val_last = evaluate(model, val_batches, pad)
+# what a model that ignores the source can do at best: predict every target token from its overall frequency
+freq = torch.bincount(torch.tensor([t for ids in tgt_ids for t in ids[1:]]), minlength=V).float()
+unigram_ce = float(-(freq / freq.sum() * (freq / freq.sum()).clamp_min(1e-12).log()).sum())
+print(f"mean loss of the first {k} steps {first:.3f}, of the last {k} steps {last:.3f}; ln V = {math.log(V):.3f}")
+print(f"validation cross-entropy {val_last['loss']:.3f} (no smoothing), token accuracy {val_last['accuracy']:.1%}; "
+      f"unigram baseline {unigram_ce:.3f}")
+metrics.update(loop_steps=step, loop_first_loss=first, loop_last_loss=last, log_vocab=math.log(V),
+               val_loss_last=val_last["loss"], val_accuracy_last=val_last["accuracy"], unigram_cross_entropy=unigram_ce,
+               snapshots_written=len(snapshots), loop_peak_lr=max(log["lr"]))
+
+# %% [markdown]
+# ## 5 · Checkpoint averaging
+#
+# The paper's base models are the average of the last 5 checkpoints (written every 10 minutes). Averaging is
+# element-wise, over every tensor of the state dict: near the end of training the snapshots sit around the same
+# minimum, each displaced by the noise of its last steps, and their mean tends to land closer to the middle.
+# `average_checkpoints` computes it; below, the result is checked against a mean taken by hand, and loaded into a
+# fresh model to compare its validation loss and BLEU with the snapshots it came from. Averaging pays when the
+# snapshots sit around one minimum, at the end of a run; in a short run whose loss is still falling fast (the SMOKE
+# run) the average lags behind the last snapshot, although it still beats a typical one.
+
+# %%
+chosen = snapshots[-N_AVERAGE:]
+averaged = average_checkpoints(chosen)
+states = [load_checkpoint(p)["model"] for p in chosen]
+mean_error = max(float((averaged[k_] - torch.stack([s[k_] for s in states]).mean(0)).abs().max()) for k_ in averaged)
+name = "encoder_layers.0.ff.linear1.weight"
+spread = float(torch.stack([s[name] for s in states]).std(0).mean())
+print(f"averaged {[p.name for p in chosen]}: max |average - hand mean| over all tensors = {mean_error:.1e}")
+print(f"{name}[0, :4] in each snapshot:\n{torch.stack([s[name][0, :4] for s in states]).numpy().round(4)}\naverage: "
+      f"{averaged[name][0, :4].numpy().round(4)} (snapshot spread: mean std {spread:.1e})")
+avg_model = wb.build_model(cfg, V, V, pad_id=pad)
+load_state(avg_model, averaged, source="average")
+avg_model.eval()
+sources, refs = [s for s, _ in val], [t for _, t in val]
+rows = []
+for label, sd in [(p.stem, s) for p, s in zip(chosen, states, strict=True)] + [("average", averaged)]:
+    m = wb.build_model(cfg, V, V, pad_id=pad); load_state(m, sd); m.eval()
+    ev = evaluate(m, val_batches, pad)
+    rows.append({"weights": label, "val loss": round(ev["loss"], 4), "token accuracy": round(ev["accuracy"], 4),
+                 "greedy BLEU": round(corpus_bleu(translate(m, tok, sources, beam=1), refs).score, 2)})
+display(Markdown(analysis.markdown_table(rows)))
+snap_losses = [r["val loss"] for r in rows[:-1]]
+metrics.update(average_mean_error=mean_error, snapshot_spread=spread, val_loss_average=rows[-1]["val loss"],
+               val_loss_snapshots_mean=float(np.mean(snap_losses)), val_loss_snapshots_max=max(snap_losses),
+               val_loss_snapshots_min=min(snap_losses), bleu_average=rows[-1]["greedy BLEU"], bleu_last_snapshot=rows[-2]["greedy BLEU"])
+
+# %% [markdown]
+# ## 6 · The length penalty in beam search
+#
+# A beam search that ranks hypotheses by their log-probability prefers short outputs: every extra token multiplies
+# in a probability below one. The paper (following GNMT, Wu et al. 2016) divides the log-probability by
+#
+# $$\text{lp}(Y) = \left(\frac{5 + |Y|}{6}\right)^{\alpha}$$
+#
+# with $\alpha = 0.6$. For $\alpha = 0$ there is no correction; the larger $\alpha$, the more a long hypothesis is
+# forgiven. For two finished hypotheses of lengths $a < b$, the longer one wins once
+# $\log P_b / \log P_a < \big((5+b)/(5+a)\big)^{\alpha}$, and the right-hand side grows with $\alpha$: among the same
+# candidates, raising $\alpha$ can only make the chosen output longer or keep it.
+
+# %%
+lengths = np.arange(1, 41)
+figures.line_figure(lengths, {f"α = {a}": length_penalty(torch.tensor(lengths), a).numpy() for a in alphas},
+                    xlabel="output length |Y|", ylabel="lp(Y)", title="GNMT length penalty").show()
+lp_error = float((length_penalty(torch.tensor(lengths), 0.6) - torch.tensor(((5 + lengths) / 6) ** 0.6)).abs().max())
+metrics["length_penalty_formula_error"] = lp_error
+
+# %% [markdown]
+# The effect shows where the model is unsure where to stop. The model trained above stops where it should on
+# sentences like its training data, so it is asked for longer ones: `TASK` sentences of 13 to 20 tokens, beyond
+# the 3 to 12 it has seen. The same beam search (`BEAM` hypotheses) then runs with each $\alpha$.
+
+# %%
+long_pairs = synthetic_pairs(TASK, 60, 13, 20, 20, seed=SEED + 7)
+long_src = [ids[:cfg.max_len] for ids in tok.encode_src([s for s, _ in long_pairs])]
+src_t = torch.full((len(long_src), max(map(len, long_src))), pad, dtype=torch.long)
+for i, ids in enumerate(long_src):
+    src_t[i, :len(ids)] = torch.tensor(ids)
+mean_len, ref_len = {}, float(np.mean([len(t.split()) for _, t in long_pairs]))
+for a in alphas:
+    out = beam_search(model, src_t, beam=BEAM, alpha=a, bos_id=tok.bos_id, eos_id=tok.eos_id)   # (B, T) with eos
+    mean_len[a] = float(((out != pad) & (out != tok.eos_id)).sum(-1).float().mean())
+figures.line_figure(alphas, {"mean output length": list(mean_len.values()), "reference length": [ref_len] * len(alphas)},
+                    xlabel="α", ylabel="tokens", title=f"beam {BEAM}: output length against the length penalty").show()
+print({a: round(v, 2) for a, v in mean_len.items()}, "reference", round(ref_len, 2))
+metrics.update(mean_length_by_alpha={str(a): v for a, v in mean_len.items()}, reference_length=ref_len,
+               length_nondecreasing=bool(all(b >= a_ - 1e-9 for a_, b in zip(list(mean_len.values()), list(mean_len.values())[1:], strict=False))),
+               length_gain=mean_len[max(alphas)] - mean_len[min(alphas)])
+
+# %% [markdown]
+# ## 7 · Where our recipe departs from the paper, and why
+#
+# The CPU recipe in the README (`workbench train --preset small --max-tokens 3072 --warmup 800 --lr-factor 1.0
+# --checkpoint-every 150`) keeps the paper's formulas and changes the sizes to what one CPU can train in tens of
+# minutes. The parameter counts are computed (on the `meta` device) for an 8,000-token joint vocabulary, ours, and
+# for the paper's 37,000.
+
+# %%
+from workbench.pipeline import build_translator
+with torch.device("meta"):
+    n_small = wb.count_parameters(build_translator("transformer", "small", 8000, 0))
+    n_base = wb.count_parameters(build_translator("transformer", "base", 37000, 0))
+departures = [
+    ("model", f"d_model 512, 6 + 6 layers, 65M parameters ({n_base / 1e6:.1f}M by our count, notebook 06)", f"d_model 256, 3 + 3 layers, {n_small / 1e6:.1f}M parameters",
+     "a model that learns in tens of CPU minutes"),
+    ("data", "WMT 2014 EN-DE, 4.5M sentence pairs", "Multi30k, 29,000 pairs", "fits on a laptop; short, simple sentences"),
+    ("batch", "about 25,000 source + 25,000 target tokens", "3,072 tokens (source + target, padded)", "memory and time per step on a CPU"),
+    ("steps", "100,000 (12 hours on 8 GPUs)", "a few thousand", "the time budget"),
+    ("warm-up", "4,000 steps", "800 steps", "warm-up is a share of the run: 4,000 steps would be most of ours"),
+    ("gradient clipping", "none mentioned", "global norm 1.0", "small batches give noisy gradients; clipping guards the high early rates"),
+    ("checkpoint averaging", "last 5, written every 10 minutes", "last 5, written every 150 steps", "the same idea at our time scale"),
+    ("label smoothing, Adam, schedule formula, beam 4, α 0.6", "as stated", "the same", ""),
+]
+display(Markdown(analysis.markdown_table([dict(zip(["", "paper (base)", "ours (CPU recipe)", "why"], row, strict=True)) for row in departures])))
+metrics.update(small_recipe_parameters=n_small, base_parameters=n_base)
+
+# %% [markdown]
+# ## 8 · What this notebook showed
+
+# %%
+with open("metrics.json", "w") as f:
+    json.dump(metrics, f, indent=1)
+# schedule: the peak sits exactly at the warm-up step and equals factor / sqrt(d_model * warmup)
+assert metrics["paper_peak_step"] == PAPER_WARMUP and metrics["our_peak_step"] == OUR_WARMUP
+assert abs(metrics["paper_peak"] / metrics["paper_peak_formula"] - 1) < 1e-9
+assert abs(metrics["our_peak"] / metrics["our_peak_formula"] - 1) < 1e-9
+assert abs(metrics["warmup_linear_ratio"] - 2) < 1e-9        # linear: twice the step, twice the rate
+assert abs(metrics["decay_ratio_4x"] - 0.5) < 1e-9           # inverse sqrt: four times the step, half the rate
+# label smoothing: the package's loss is the hand formula; its optimum is p = q at the finite margin c*
+assert metrics["smoothing_hand_vs_package"] < 1e-4 * max(1.0, metrics["smoothing_tokens"])
+assert metrics["smoothing_tokens"] == 8                      # 10 targets, 2 of them padding
+assert abs(metrics["loss_at_q"] - metrics["entropy_q"]) < 1e-4 and metrics["entropy_q"] > 0.1
+assert abs(metrics["best_margin"] - metrics["best_margin_formula"]) <= 0.05 + 1e-9   # within the grid step 0.1 / 2
+assert metrics["loss_at_largest_margin"] > metrics["loss_at_q"] + 0.5   # over-confidence costs
+assert metrics["unsmoothed_falls"]                           # without smoothing: more confident is always better
+assert metrics["adam_matches_paper"]
+# the loop ran the schedule it was given: its largest rate is factor / sqrt(d_model * warm-up)
+assert abs(metrics["loop_peak_lr"] - LOOP_LR_FACTOR / math.sqrt(LOOP_D_MODEL * LOOP_WARMUP)) < 1e-12
+# the loop learns: the loss falls by far more than its step-to-step noise (about 0.1 nats)...
+assert metrics["loop_last_loss"] < metrics["loop_first_loss"] - 0.5
+# ...and on unseen pairs it beats every predictor that ignores the source: the task's tokens are drawn uniformly,
+# so without the source the best per-token cross-entropy is the unigram entropy. 0.2 nats is about 8 standard
+# errors of a mean over the ~1,500 validation tokens.
+assert metrics["val_loss_last"] < metrics["unigram_cross_entropy"] - 0.2
+# averaging: the weights are the element-wise mean, and the averaged model beats the typical snapshot it came from
+# (measured, not guaranteed: the loss is not convex in the weights)
+assert metrics["average_mean_error"] < 1e-6 and metrics["snapshot_spread"] > 0
+assert metrics["val_loss_average"] < metrics["val_loss_snapshots_mean"]
+# length penalty: the formula, and longer outputs as alpha grows (non-decreasing among the same candidates, see
+# section 6; strictly longer at the largest alpha on these inputs, where the model stops too early)
+assert metrics["length_penalty_formula_error"] < 1e-5
+assert metrics["length_nondecreasing"] and metrics["length_gain"] > 0
+
+# %% [markdown]
+# ## Try it
+#
+# * `workbench notebooks run --only 07 -p LABEL_SMOOTHING=0.0` — the smoothed curve of section 2 becomes the one-hot
+#   one (no minimum), and the loop's training loss can now fall towards zero; compare its validation loss.
+# * `workbench notebooks run --only 07 -p LOOP_WARMUP=1` — no warm-up: the loop starts at its peak rate; watch the
+#   first steps of the loss curve (notebook 06 shows when this matters).
+# * `workbench notebooks run --only 07 -p ALPHAS="0.0 0.3 0.6 1.0 1.5 2.0 3.0"` — a finer sweep of the length penalty:
+#   where does the mean output length reach the reference length?
