@@ -62,3 +62,18 @@ def test_bertviz_arguments_work_with_bertviz(translator):
 def test_small_explorers_build():
     for w in (positional_explorer(16, 8), mask_explorer(6), complexity_explorer()):
         assert w.children
+
+
+def test_inspector_saved_state_holds_its_first_figure(translator):
+    """papermill/nbclient save a widget's synced state, not the in-place updates sent as messages: the saved
+    FigureWidget must be the drawn heatmap, not the empty placeholder (the book redraws it from that state)."""
+    model, tok = translator
+    insp = AttentionInspector(model, tok, sentence="ein mann fährt fahrrad")
+    saved = insp.single.get_state()["_widget_data"][0]
+    np.testing.assert_allclose(np.asarray(saved["z"], dtype=float), insp.inspection.weights("cross", 0)[0].numpy(),
+                               rtol=1e-6)
+    assert insp.figure_box.children[0] is insp.single
+    insp.head.value = -1
+    saved_grid = insp.grid.get_state()["_widget_data"]
+    np.testing.assert_allclose(np.asarray(saved_grid[1]["z"], dtype=float),
+                               insp.inspection.weights("cross", 0)[1].numpy(), rtol=1e-6)

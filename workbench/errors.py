@@ -41,3 +41,7 @@ class TrainingError(WorkbenchError, RuntimeError):
 
 class NotebookParameterError(WorkbenchError, ValueError):
     """A misspelt or ill-typed notebook parameter."""
+
+
+class BookError(WorkbenchError, RuntimeError):
+    """The offline book cannot be built or served (no executed notebooks, Sphinx missing or failing...)."""
