@@ -114,3 +114,18 @@ def test_complexity_explorer_bars_follow_table_1():
     rs.value = 32  # from 16: only restricted attention doubles
     b4 = bars()
     assert b4["restricted"] == 2 * b3["restricted"] and b4["recurrent"] == b3["recurrent"]
+
+
+def test_inspector_saved_state_holds_its_first_figure(translator):
+    """papermill/nbclient save a widget's synced state, not the in-place updates sent as messages: the saved
+    FigureWidget must be the drawn heatmap, not the empty placeholder (the book redraws it from that state)."""
+    model, tok = translator
+    insp = AttentionInspector(model, tok, sentence="ein mann fährt fahrrad")
+    saved = insp.single.get_state()["_widget_data"][0]
+    np.testing.assert_allclose(np.asarray(saved["z"], dtype=float), insp.inspection.weights("cross", 0)[0].numpy(),
+                               rtol=1e-6)
+    assert insp.figure_box.children[0] is insp.single
+    insp.head.value = -1
+    saved_grid = insp.grid.get_state()["_widget_data"]
+    np.testing.assert_allclose(np.asarray(saved_grid[1]["z"], dtype=float),
+                               insp.inspection.weights("cross", 0)[1].numpy(), rtol=1e-6)

@@ -1,4 +1,4 @@
-"""The ``workbench`` command: train, translate, evaluate, average, notebooks, bench, info.
+"""The ``workbench`` command: train, translate, evaluate, average, notebooks, book, bench, info.
 
 Results go to stdout, progress and logs to stderr. Errors the user can fix print one line on stderr and exit
 with status 2; ``--debug`` shows the traceback instead.
@@ -217,6 +217,32 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_book(args: argparse.Namespace) -> int:
+    from .book import build_book, serve
+    from .notebooks import parse_parameters
+
+    if args.action == "serve":
+        server = serve(args.dir, port=args.port, bind=args.bind)
+        host, port = server.server_address[:2]
+        print(f"serving {Path(args.dir).resolve()} at http://{host}:{port}/ (Ctrl-C to stop)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return 0
+    result = build_book(out=args.out, smoke=args.smoke, only=args.only or None, from_reports=args.from_reports,
+                        reports=args.reports, parameters=parse_parameters(args.param or []) or None,
+                        threads=args.threads)
+    for page in result.pages:
+        took = f"{page.seconds:7.1f} s" if page.seconds is not None else "      – "
+        print(f"{page.name:40s} {page.status:6s} {took}")
+    print(f"notebooks {result.run_seconds:.0f} s, sphinx {result.sphinx_seconds:.0f} s, {len(result.warnings)} warnings")
+    print(f"book: {result.index}  (read it offline, or: workbench book serve --dir {args.out})")
+    return 0 if result.ok else 1
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .benchmark import main as bench_main
 
@@ -298,6 +324,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--data-dir", default=None, help="local Multi30k folder (else $WORKBENCH_MULTI30K or the cache)")
     r.add_argument("--verbose", action="store_true", help="also show papermill's log and the kernels' warnings")
     r.set_defaults(func=cmd_notebooks)
+
+    p = sub.add_parser("book", help="the notebooks as a rendered, offline book (Sphinx + myst-nb)")
+    bsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    b = bsub.add_parser("build", help="execute the notebooks (or reuse executed ones) and build the book")
+    b.add_argument("--smoke", action="store_true", help="run the notebooks with SMOKE=True (tiny sizes, as CI)")
+    b.add_argument("--out", default="book", help="the book's folder (an earlier book there is replaced)")
+    b.add_argument("--from-reports", default=None, metavar="DIR",
+                   help="reuse the executed notebooks of `workbench notebooks run --out DIR` instead of running them")
+    b.add_argument("--reports", default="reports", metavar="DIR", help="where the notebooks are executed")
+    b.add_argument("--only", action="append", help="include only notebooks whose number or name matches (repeatable)")
+    b.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook that has it")
+    b.add_argument("--threads", type=int, default=None, help="torch threads in the notebook kernels")
+    b.set_defaults(func=cmd_book)
+    b = bsub.add_parser("serve", help="serve a built book over HTTP on this machine")
+    b.add_argument("--dir", default="book", help="the book's folder")
+    b.add_argument("--port", type=int, default=8000)
+    b.add_argument("--bind", default="127.0.0.1", help="address to listen on")
+    b.set_defaults(func=cmd_book)
 
     p = sub.add_parser("pretrained", help="the trained translators that ship with the workbench")
     psub = p.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -49,3 +49,7 @@ class InterventionError(WorkbenchError, ValueError):
 
 class AttributionError(WorkbenchError, ValueError):
     """Attribution asked for something the model or input cannot give (bad method, positions or foil token)."""
+
+
+class BookError(WorkbenchError, RuntimeError):
+    """The offline book cannot be built or served (no executed notebooks, Sphinx missing or failing...)."""

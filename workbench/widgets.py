@@ -65,6 +65,7 @@ class AttentionInspector:
         self.grid = go.FigureWidget(figures.head_grid(np.zeros((1, self.n_heads, 1, 1)), [""], [""]))
         self.figure_box = W.Box([self.single])
         self.single.data[0].on_click(self._on_click)
+        self._drawn = {"single": False, "grid": False}  # placeholders until the first real figure
 
         self.button.on_click(lambda _: self.translate())
         self.text.observe(lambda _: self.translate(), names="value")
@@ -119,6 +120,8 @@ class AttentionInspector:
         q, k = self.inspection.axes(kind)
         if head >= 0:
             ref = figures.attention_heatmap(weights[head], q, k, title=f"{self.kind.label}, layer {layer}, head {head}")
+            if not self._drawn["single"]:
+                self._replace_placeholder("single", go.FigureWidget(ref))
             with self.single.batch_update():
                 src = ref.data[0]
                 trace = self.single.data[0]
@@ -131,6 +134,9 @@ class AttentionInspector:
             self.figure_box.children = [self.single]
         else:
             hover = figures._hover(q, k)
+            if not self._drawn["grid"]:
+                title = f"{self.kind.label}, layer {layer}, all heads"
+                self._replace_placeholder("grid", go.FigureWidget(figures.head_grid(weights[None], q, k, title=title)))
             with self.grid.batch_update():
                 for h, trace in enumerate(self.grid.data):
                     trace.z, trace.customdata = weights[h], hover
@@ -138,6 +144,23 @@ class AttentionInspector:
             self.figure_box.children = [self.grid]
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.status.value = f"<small>{len(q)} queries × {len(k)} keys · updated in {self.last_update_ms:.0f} ms</small>"
+
+    def _replace_placeholder(self, which: str, fig: go.FigureWidget) -> None:
+        """Swap the empty placeholder figure for one built from the first real figure.
+
+        In-place updates reach the browser as messages, but the widget state that nbclient/papermill save with a
+        notebook (and that static renderers such as the book read) keeps the figure a ``FigureWidget`` was
+        *constructed* with. Building it from the first drawn figure makes that saved state show the inspector's
+        first view instead of an empty 1×1 heatmap; later updates stay in place.
+        """
+        old = getattr(self, which)
+        setattr(self, which, fig)
+        if which == "single":
+            fig.data[0].on_click(self._on_click)
+        self._drawn[which] = True
+        if old in self.figure_box.children:
+            self.figure_box.children = [fig]
+        old.close()
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
