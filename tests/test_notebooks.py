@@ -81,7 +81,7 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("cache_max_diff", lambda v: v < 1e-4),
         ("cache_same_greedy_output", lambda v: v is True),
     ],
-    "11_complexity": [
+    "10_complexity": [
         ("flops_slope_n_self_attention", lambda v: _approx(v, 2.0, 0.05)),
         ("flops_slope_n_recurrent", lambda v: _approx(v, 1.0, 0.05)),
         ("flops_slope_d_recurrent", lambda v: _approx(v, 2.0, 0.05)),
@@ -135,7 +135,7 @@ DERIVED: dict[str, list[tuple[str, object]]] = {
         # (card); a model that does not translate scores under 5
         ("a real translator", lambda m: m["bleu_all_heads"] > 15),
     ],
-    "12_variations": [
+    "11_variations": [
         ("every variant trained and they differ",
          lambda m: len({round(r["val_ppl"], 6) for r in m["rows"].values()}) == len(m["rows"]) >= 6),
     ],

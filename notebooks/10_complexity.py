@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 11 · Why self-attention: Table 1, computed and measured
+# # 10 · Why self-attention: Table 1, computed and measured
 #
 # Section 4 of the paper compares a self-attention layer with the layers it replaces on three counts, for a
 # sequence of $n$ vectors of width $d$:

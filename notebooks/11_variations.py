@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 12 · The paper's Table 3, at notebook scale
+# # 11 · The paper's Table 3, at notebook scale
 #
 # Table 3 of the paper varies one thing at a time around the base model and reports development-set perplexity and
 # BLEU: (A) the number of heads at constant compute, (B) the key size, (C) depth and width, (D) dropout and label
