@@ -5,6 +5,7 @@ Debian's Chromium (/usr/bin/chromium) driven by the playwright package; never a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -57,9 +58,11 @@ Z_OF_FIRST_PLOT = "() => { const gd = document.querySelector('.js-plotly-plot');
 N_TRACES = "() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g.offsetParent !== null).map(g => g.data.length)"
 
 
-def test_inspector_in_jupyterlab(browser, tmp_path):
+@contextlib.contextmanager
+def _lab_with_cell(browser, tmp_path, source: str):
+    """A live JupyterLab on a one-cell notebook, opened in the browser; yields the page, the cell not yet run."""
     nb = nbformat.v4.new_notebook()
-    nb.cells.append(nbformat.v4.new_code_cell(INSPECTOR_CELL))
+    nb.cells.append(nbformat.v4.new_code_cell(source))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "inspect.ipynb")
     from workbench.notebooks import kernel_name_for_this_python
@@ -88,8 +91,23 @@ def test_inspector_in_jupyterlab(browser, tmp_path):
         page.wait_for_selector(".jp-Notebook", timeout=90_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Notebook .jp-Cell", timeout=60_000)
         time.sleep(3)  # let the kernel connect
-        page.click(".jp-Cell .jp-InputArea-editor")
-        page.keyboard.press("Shift+Enter")
+        yield page
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def _run_cell(page) -> None:
+    page.click(".jp-Cell .jp-InputArea-editor")
+    page.keyboard.press("Shift+Enter")
+
+
+def test_inspector_in_jupyterlab(browser, tmp_path):
+    with _lab_with_cell(browser, tmp_path, INSPECTOR_CELL) as page:
+        _run_cell(page)
         page.wait_for_selector(".widget-slider", timeout=120_000)
         page.wait_for_function("() => { const g = document.querySelector('.js-plotly-plot'); return g && g.data; }", timeout=60_000)
         before = page.evaluate(Z_OF_FIRST_PLOT)
@@ -109,12 +127,43 @@ def test_inspector_in_jupyterlab(browser, tmp_path):
         page.screenshot(path=str(tmp_path / "inspector.png"), full_page=True)
         assert (tmp_path / "inspector.png").stat().st_size > 10_000
         print(f"figure updated {slider_ms:.0f} ms after the slider key press (browser round trip)")
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+
+
+INTERVENTION_CELL = """
+import torch, workbench as wb
+from workbench.tokenizer import WordTokenizer
+from workbench.widgets import HeadInterventionInspector
+tok = WordTokenizer.train([("ein mann fährt ein rotes fahrrad", "a man rides a red bike")])
+torch.manual_seed(0)
+model = wb.build_model(wb.preset("tiny", n_heads=2), tok.src_vocab_size, tok.tgt_vocab_size).eval()
+insp = HeadInterventionInspector(model, tok, sentence="ein mann fährt ein rotes fahrrad", max_extra=4)
+insp
+"""
+
+# the bars of the log-probability change: the plot whose only trace is a bar chart
+DELTA_BARS = ("() => { const g = Array.from(document.querySelectorAll('.js-plotly-plot'))"
+              ".find(g => g.data && g.data.length === 1 && g.data[0].type === 'bar');"
+              " return g ? JSON.stringify(g.data[0].y) : null; }")
+
+
+def test_head_intervention_inspector_in_jupyterlab(browser, tmp_path):
+    with _lab_with_cell(browser, tmp_path, INTERVENTION_CELL) as page:
+        _run_cell(page)
+        page.wait_for_selector(".widget-toggle-button", timeout=120_000)
+        page.wait_for_function(f"() => ({DELTA_BARS})() !== null", timeout=60_000)
+        before = page.evaluate(DELTA_BARS)
+        assert set(json.loads(before)) == {0}  # nothing switched off yet: no change in any log-probability
+        # switch off every cross-attention head of decoder layer 1 with its "L1 all" button (third grid)
+        t0 = time.perf_counter()
+        page.locator(".widget-vbox:has(> .widget-html:has-text('cross-attention')) button:has-text('L1 all')").click()
+        page.wait_for_function(f"() => ({DELTA_BARS})() !== {json.dumps(before)}", timeout=30_000)
+        toggle_ms = (time.perf_counter() - t0) * 1000
+        changed = json.loads(page.evaluate(DELTA_BARS))
+        assert max(abs(v) for v in changed) > 1e-4
+        assert page.locator(".widget-toggle-button.mod-danger").count() == 2  # both heads shown as off
+        assert page.get_by_text("2 head(s) off (zero-ablation)").count() == 1
+        page.screenshot(path=str(tmp_path / "intervention.png"), full_page=True)
+        print(f"log-probability bars updated {toggle_ms:.0f} ms after the click (browser round trip)")
 
 
 def test_html_report_renders_offline(browser, tmp_path):

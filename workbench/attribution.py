@@ -142,7 +142,7 @@ def attribute(
     positions: Sequence[int] | None = None,
     foil: int | Sequence[int] | Tensor | None = None,
     baseline: str | int = "zero",
-    n_steps: int = 64,
+    n_steps: int = 128,
     internal_batch_size: int | None = 512,
 ) -> Attribution:
     """Attribute each output token's log-probability to the source token embeddings, with Captum.
@@ -158,7 +158,9 @@ def attribute(
         foil: contrastive attribution: one token id for every position, or one per position; the function
             attributed becomes ``log p(target) - log p(foil)``.
         baseline: integrated gradients' starting point: ``"zero"`` embeddings or a token id.
-        n_steps: integration steps (Gauss-Legendre) of integrated gradients.
+        n_steps: integration steps (Gauss-Legendre) of integrated gradients. ReLU kinks slow convergence: on
+            a random ``tiny`` model the worst completeness error was 1.7 % at 64 steps, 0.6 % at 256; check
+            :meth:`Attribution.relative_completeness_error` (a smooth GELU model needed only 16 steps).
         internal_batch_size: most (position x step) rows per forward pass.
 
     Returns:

@@ -223,7 +223,8 @@ def attention_flow(layers: Sequence[Tensor] | Tensor, residual: bool = True, ave
     Args:
         layers: per-layer weights of one sentence, bottom first: L x (H, T, T) (or (T, T), ``average_heads=False``).
         residual: use ``Â = renorm(0.5 A + 0.5 I)`` as capacities (the paper); False uses raw ``A``.
-        outputs: top-layer positions to compute (default all; each costs T max-flow runs).
+        outputs: top-layer positions to compute (default all; each costs T max-flow runs, about 16 ms each
+            for T = 30 and 3 layers on one CPU core, so a whole 30-token sentence takes some 15 s).
 
     Returns:
         ``F`` (float64) with ``F[i, j]`` = max-flow from input token ``j`` to top position ``outputs[i]``.
