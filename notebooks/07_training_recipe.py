@@ -49,6 +49,7 @@ BEAM: int = 4  # beam size (paper: 4)
 # %%
 train_steps = 200 if SMOKE else TRAIN_STEPS
 train_pairs = 1500 if SMOKE else TRAIN_PAIRS
+n_bleu, n_long = (50, 30) if SMOKE else (200, 60)  # sentences decoded for BLEU per snapshot, and for the length study
 alphas = [float(a) for a in ALPHAS.split()]
 assert N_AVERAGE >= 2 and train_steps >= N_AVERAGE * CKPT_EVERY, "the loop must write N_AVERAGE snapshots"
 
@@ -258,7 +259,7 @@ print(f"{name}[0, :4] in each snapshot:\n{torch.stack([s[name][0, :4] for s in s
 avg_model = wb.build_model(cfg, V, V, pad_id=pad)
 load_state(avg_model, averaged, source="average")
 avg_model.eval()
-sources, refs = [s for s, _ in val], [t for _, t in val]
+sources, refs = [s for s, _ in val[:n_bleu]], [t for _, t in val[:n_bleu]]
 rows = []
 for label, sd in [(p.stem, s) for p, s in zip(chosen, states, strict=True)] + [("average", averaged)]:
     m = wb.build_model(cfg, V, V, pad_id=pad); load_state(m, sd); m.eval()
@@ -297,7 +298,7 @@ metrics["length_penalty_formula_error"] = lp_error
 # the 3 to 12 it has seen. The same beam search (`BEAM` hypotheses) then runs with each $\alpha$.
 
 # %%
-long_pairs = synthetic_pairs(TASK, 60, 13, 20, 20, seed=SEED + 7)
+long_pairs = synthetic_pairs(TASK, n_long, 13, 20, 20, seed=SEED + 7)
 long_src = [ids[:cfg.max_len] for ids in tok.encode_src([s for s, _ in long_pairs])]
 src_t = torch.full((len(long_src), max(map(len, long_src))), pad, dtype=torch.long)
 for i, ids in enumerate(long_src):
