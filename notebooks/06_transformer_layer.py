@@ -100,7 +100,7 @@ mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
 ln_hand = (x - mean) / torch.sqrt(var + 1e-5)                                    # LayerNorm by hand, gain 1, bias 0
 with torch.no_grad():
     ln_error = float((ln_hand - torch.nn.LayerNorm(D_MODEL)(x)).abs().max())
-layers, wiring = {}, {}
+wiring = {}
 for name, norm_first in (("post-LN", False), ("pre-LN", True)):
     layer = wb.model.EncoderLayer(dataclasses.replace(stack_cfg, norm_first=norm_first)).eval()
     with torch.no_grad():
@@ -133,7 +133,7 @@ metrics.update(layernorm_error=ln_error, wiring_error=max(wiring.values()))
 
 # %%
 probe = batches[0]
-grad_norms, resid_norms, models0 = {}, {}, {}
+grad_norms, resid_norms = {}, {}
 for name, norm_first in (("post-LN", False), ("pre-LN", True)):
     wb.set_seed(SEED)
     m = wb.build_model(dataclasses.replace(stack_cfg, norm_first=norm_first), V, V, pad_id=pad)
@@ -161,6 +161,13 @@ metrics.update(
     post_dec_grad_ratio=float(post_g[-1] / post_g[N_LAYERS]), pre_dec_grad_ratio=float(pre_g[-1] / pre_g[N_LAYERS]),
     post_grad_spread=float(post_g.max() / post_g.min()), pre_grad_spread=float(pre_g.max() / pre_g.min()),
 )
+print(f"last / first decoder layer gradient norm: post-LN {metrics['post_dec_grad_ratio']:.2f}, pre-LN {metrics['pre_dec_grad_ratio']:.2f}")
+
+# %% [markdown]
+# Read the decoder half of the table: post-LN's gradient norms grow from the first decoder layer to the last, the
+# one nearest the loss, while pre-LN's stay level or shrink a little. The residual stream shows the mirror image:
+# post-LN resets every token to norm $\sqrt{d_\text{model}}$ after every layer, pre-LN's stream keeps growing.
+# The closing checks hold both to margins measured over several seeds.
 
 # %% [markdown]
 # ### Does post-LN need the warm-up?
