@@ -114,9 +114,10 @@ assert out_hand.shape == X.shape and torch.allclose(weights.sum(-1), torch.ones(
 assert torch.equal(concat[..., d_head:2 * d_head], heads[:, 1])               # head 1 sits in features d_head..2·d_head
 
 # %% [markdown]
-# The same thing written the way the formula reads: $h$ separate small projections $W_i^Q = $ rows
-# $i\,d_\text{head}..(i+1)\,d_\text{head}$ of $W^Q$, one attention each, then `torch.cat`. It must agree with the
-# reshape version, which is just a faster way of doing all heads in one product.
+# The same thing written the way the formula reads: $h$ separate small projections, one attention each, then
+# `torch.cat`. Head $i$'s $W_i^Q$ is the block of columns $i\,d_\text{head}..(i+1)\,d_\text{head}$ of $W^Q$
+# (PyTorch stores every weight transposed, as `(out, in)`, so in code it is a block of *rows*). It must agree with
+# the reshape version, which is just a faster way of doing all heads in one product.
 
 # %%
 per_head = []
