@@ -22,7 +22,9 @@ Offline by construction (what the builder does to each executed notebook before 
 * every page ends with the notebook's closing checks: each ``assert`` with whether it held, failed or was not
   reached, and the values of its ``metrics.json``.
 
-The search page works from ``file://`` (Sphinx loads ``searchindex.js`` with a script tag).
+Search works from ``file://``: Sphinx loads ``searchindex.js`` with a script tag, so the search page lists the
+matching pages. The excerpt under each hit is fetched from the page itself, which browsers refuse on ``file://``;
+over ``workbench book serve`` the excerpts appear too.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = N
     """
     import nbformat
 
+    from .errors import NotebookParameterError
     from .notebooks import select_notebooks
 
     folder = Path(reports).expanduser()
@@ -130,7 +133,7 @@ def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = N
         )
     try:
         found = select_notebooks(found, only)
-    except Exception as exc:  # NotebookParameterError: a selector that matches nothing
+    except NotebookParameterError as exc:  # a selector that matches nothing
         raise BookError(f"{exc} (in {folder})") from exc
     summary: dict[str, dict[str, Any]] = {}
     if (folder / "summary.json").exists():
