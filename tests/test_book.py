@@ -91,7 +91,7 @@ def _executed_notebook() -> nbformat.NotebookNode:
         v4.new_code_cell("fit(...)", outputs=[v4.new_output("display_data", data={
             "application/vnd.jupyter.widget-view+json": {"model_id": "bar", "version_major": 2, "version_minor": 0},
             "text/plain": "HBox(...)"})]),
-        v4.new_code_cell("assert x == 1  # one is one\nif not SMOKE:\n    assert y > 2\n"),
+        v4.new_code_cell("assert x == 1  # one is <one>\nif not SMOKE:\n    assert y > 2\n"),
         v4.new_code_cell("# the failing claim\nassert z < 0", outputs=[
             v4.new_output("error", ename="AssertionError", evalue="", traceback=[])]),
         v4.new_code_cell("assert w"),
@@ -140,11 +140,12 @@ def test_closing_checks_say_which_asserts_held_failed_or_did_not_run():
     checks = book.closing_checks(nb)
     assert [(c.source, c.condition, c.status) for c in checks] == [
         ("x == 1", "", "held"), ("y > 2", "if not SMOKE", "held"), ("z < 0", "", "failed"), ("w", "", "not reached")]
-    assert checks[0].comment == "one is one" and checks[2].comment == "the failing claim"
+    assert checks[0].comment == "one is <one>" and checks[2].comment == "the failing claim"
     page = book.BookPage("99_toy", Path("99_toy.ipynb"), "failed", 1.0, "AssertionError: ", {"loss": 0.5}, {})
     text = book.checks_markdown(nb, page)
     assert "**✓ held**: `x == 1`" in text and "**✗ failed**: `z < 0`" in text and "**– not reached**: `w`" in text
     assert "| loss | 0.5 |" in text and "stopped with an error" in text
+    assert "one is \\<one\\>" in text  # a comment is text, not HTML: <bos> must not vanish as a tag
 
 
 def test_nb_targets_parse_titles_and_headings():
@@ -196,6 +197,8 @@ def smoke_book(tmp_path_factory):
     print(f"SMOKE book of notebooks {BOOK_NOTEBOOKS}: {time.perf_counter() - t0:.0f} s "
           f"(notebooks {result.run_seconds:.0f} s, sphinx {result.sphinx_seconds:.0f} s)")
     assert result.ok, [(p.name, p.error) for p in result.pages]
+    unresolved = [w for w in result.warnings if "{nb}" in w or "mime" in w]
+    assert not unresolved, unresolved  # every concept-map link found its section; every output had a renderer
     return result
 
 
@@ -352,10 +355,31 @@ def test_smoke_book_search_finds_the_notebook_offline(smoke_book, browser):
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_book_serve_serves_the_site(smoke_book):
-    with book.served(smoke_book.out_dir) as url:
+def test_book_serve_serves_the_site_and_search_excerpts(smoke_book, browser):
+    """Over HTTP the search page also fetches each hit's page for an excerpt (browsers refuse that on file://)."""
+    site = smoke_book.out_dir
+    first = smoke_book.pages[0].name
+    word = _unique_word(site, first, [p.name for p in smoke_book.pages[1:]] + ["index", "concepts"])
+    with book.served(site) as url:
         with urllib.request.urlopen(url + "index.html", timeout=10) as r:
             assert r.status == 200 and b"Attention Workbench" in r.read()
-        first = smoke_book.pages[0].name
-        with urllib.request.urlopen(f"{url}{first}.html", timeout=10) as r:
-            assert b"plotly-graph-div" in r.read()
+        context = browser.new_context()
+        left: list[str] = []
+
+        def route(r):
+            if r.request.url.startswith(url):
+                r.continue_()
+            else:
+                left.append(r.request.url)
+                r.abort()
+
+        context.route("**/*", route)
+        try:
+            page = context.new_page()
+            page.goto(f"{url}search.html?q={word}")
+            page.wait_for_selector("#search-results ul.search li p.context", timeout=60_000)
+            excerpt = page.inner_text("#search-results ul.search li p.context")
+            assert word in excerpt.lower(), excerpt
+            assert left == []
+        finally:
+            context.close()

@@ -22,7 +22,9 @@ Offline by construction (what the builder does to each executed notebook before 
 * every page ends with the notebook's closing checks: each ``assert`` with whether it held, failed or was not
   reached, and the values of its ``metrics.json``.
 
-The search page works from ``file://`` (Sphinx loads ``searchindex.js`` with a script tag).
+Search works from ``file://``: Sphinx loads ``searchindex.js`` with a script tag, so the search page lists the
+matching pages. The excerpt under each hit is fetched from the page itself, which browsers refuse on ``file://``;
+over ``workbench book serve`` the excerpts appear too.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = N
     """
     import nbformat
 
+    from .errors import NotebookParameterError
     from .notebooks import select_notebooks
 
     folder = Path(reports).expanduser()
@@ -130,7 +133,7 @@ def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = N
         )
     try:
         found = select_notebooks(found, only)
-    except Exception as exc:  # NotebookParameterError: a selector that matches nothing
+    except NotebookParameterError as exc:  # a selector that matches nothing
         raise BookError(f"{exc} (in {folder})") from exc
     summary: dict[str, dict[str, Any]] = {}
     if (folder / "summary.json").exists():
@@ -370,6 +373,12 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def _plain(text: str) -> str:
+    """Text shown as it is in Markdown: every character Markdown (or MyST) could act on is backslash-escaped, so
+    a comment such as ``tgt_in = <bos> + tgt_out[:-1]`` keeps its ``<bos>``."""
+    return re.sub(r"([\\`*_{}\[\]<>|$~#!])", r"\\\1", text)
+
+
 def _cell_text(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         text = str(value)
@@ -379,7 +388,7 @@ def _cell_text(value: Any) -> str:
         text = str(value)
     else:
         text = json.dumps(value, default=str)
-    return _one_line(text, 160).replace("|", "\\|")
+    return _plain(_one_line(text, 160))
 
 
 def checks_markdown(nb: Any, page: BookPage) -> str:
@@ -397,7 +406,7 @@ def checks_markdown(nb: Any, page: BookPage) -> str:
     lines = [f"## {CHECKS_TITLE}", "", lead, ""]
     for c in checks:
         where = f" (under {_code(c.condition)})" if c.condition else ""
-        why = f" — {c.comment}" if c.comment else ""
+        why = f" — {_plain(c.comment)}" if c.comment else ""
         lines.append(f"- **{symbol[c.status]}**: {_code(c.source)}{where}{why}")
     if not checks:
         lines.append("This notebook has no assert statement.")
@@ -706,7 +715,7 @@ def sphinx_setup(app: Any) -> dict[str, Any]:
         docs = sorted(d for d in env.found_docs if d == notebook or d.startswith(f"{notebook}_"))
         if not docs:
             label = title or f"notebook {notebook}"
-            return nodes.inline("", f"{label} (notebook {notebook} is not part of this build)", classes=["nb-missing"])
+            return nodes.inline("", f"{label} (not in this build)", classes=["nb-missing"])
         doc = docs[0]
         uri = app_.builder.get_relative_uri(node["refdoc"], doc)
         ref = nodes.reference("", "", internal=True, refuri=uri)
