@@ -57,7 +57,7 @@ metrics = {}
 # %%
 import dataclasses
 from IPython.display import Markdown, display
-from workbench import analysis
+from workbench.figures import markdown_table
 from workbench.model import FeedForward
 from workbench.train import rate, label_smoothed_loss, evaluate
 from workbench.batching import make_batch, token_batches
@@ -150,7 +150,7 @@ figures.line_figure(np.arange(2 * N_LAYERS), grad_norms, xlabel="layer (encoder 
                     ylabel="‖∂loss/∂θ_layer‖", title="gradient norm per layer at initialisation", log_y=True).show()
 figures.line_figure(np.arange(2 * N_LAYERS), resid_norms, xlabel="layer (encoder 0.., then decoder 0..)",
                     ylabel="mean token norm", title="residual stream norm after each layer at initialisation").show()
-display(Markdown(analysis.markdown_table([{"layer": n_, **{f"grad {k}": f"{v[i]:.3g}" for k, v in grad_norms.items()},
+display(Markdown(markdown_table([{"layer": n_, **{f"grad {k}": f"{v[i]:.3g}" for k, v in grad_norms.items()},
                                            **{f"resid {k}": f"{v[i]:.2f}" for k, v in resid_norms.items()}}
                                           for i, n_ in enumerate(layer_names)])))
 post_g, pre_g = np.array(grad_norms["post-LN"]), np.array(grad_norms["pre-LN"])
@@ -216,7 +216,7 @@ runs = {"post-LN, warm-up": train_run(False, True, train_steps),
 figures.line_figure(np.arange(1, train_steps + 1), {**{k: r["losses"] for k, r in runs.items()}, "unigram entropy": [unigram] * train_steps},
                     xlabel="optimizer step",
                     ylabel="training loss (label-smoothed)", title=f"{TASK} task, peak learning rate {PEAK_LR}").show()
-display(Markdown(analysis.markdown_table([{"run": k, "final train loss": round(r["final_train"], 3), "val loss": round(r["val_loss"], 3),
+display(Markdown(markdown_table([{"run": k, "final train loss": round(r["final_train"], 3), "val loss": round(r["val_loss"], 3),
                                            "val token accuracy": f"{r['val_accuracy']:.1%}"} for k, r in runs.items()])))
 for k, r in runs.items():
     key = k.replace("-", "").replace(", ", "_").replace(" ", "_").lower()
@@ -366,7 +366,7 @@ for name in ("base", "big"):
         table.append({"model": name, "component": part, "parameters": f"{measured[part]:,}", "formula": f"{expected[part]:,}"})
     table.append({"model": name, "component": "**total**", "parameters": f"**{total:,}**",
                   "formula": f"paper: {paper_counts[name] / 1e6:.0f}M ({total / paper_counts[name] - 1:+.1%})"})
-display(Markdown(analysis.markdown_table(table)))
+display(Markdown(markdown_table(table)))
 for name, r in totals.items():
     print(f"{name}: {r['total'] / 1e6:.2f}M vs paper {paper_counts[name] / 1e6:.0f}M ({r['relative']:+.2%}); LayerNorm parameters "
           f"{r['layernorm']:,}; vocabulary that would give exactly the paper's count: {r['implied_vocab']:,.0f}")

@@ -66,7 +66,7 @@ metrics = {}
 # %%
 from pathlib import Path
 from IPython.display import Markdown, display
-from workbench import analysis
+from workbench.figures import markdown_table
 from workbench.train import rate, label_smoothed_loss, evaluate
 from workbench.batching import make_batch, token_batches
 from workbench.checkpoint import save_checkpoint, load_checkpoint, average_checkpoints, load_state
@@ -178,7 +178,7 @@ metrics.update(best_margin=float(margins[int(np.argmin(per_margin))]), best_marg
 tcfg = wb.TrainConfig()
 adam = {"beta1": tcfg.beta1, "beta2": tcfg.beta2, "eps": tcfg.adam_eps}
 paper_adam = {"beta1": 0.9, "beta2": 0.98, "eps": 1e-9}
-display(Markdown(analysis.markdown_table([{"setting": k, "TrainConfig": v, "paper": paper_adam[k]} for k, v in adam.items()])))
+display(Markdown(markdown_table([{"setting": k, "TrainConfig": v, "paper": paper_adam[k]} for k, v in adam.items()])))
 metrics["adam_matches_paper"] = adam == paper_adam
 
 # %% [markdown]
@@ -269,7 +269,7 @@ for label, sd in [(p.stem, s) for p, s in zip(chosen, states, strict=True)] + [(
     ev = evaluate(m, val_batches, pad)
     rows.append({"weights": label, "val loss": round(ev["loss"], 4), "token accuracy": round(ev["accuracy"], 4),
                  "greedy BLEU": round(corpus_bleu(translate(m, tok, sources, beam=1), refs).score, 2)})
-display(Markdown(analysis.markdown_table(rows)))
+display(Markdown(markdown_table(rows)))
 snap_losses = [r["val loss"] for r in rows[:-1]]
 metrics.update(average_mean_error=mean_error, snapshot_spread=spread, val_loss_average=rows[-1]["val loss"],
                val_loss_snapshots_mean=float(np.mean(snap_losses)), val_loss_snapshots_max=max(snap_losses),
@@ -341,7 +341,7 @@ departures = [
     ("checkpoint averaging", "last 5, written every 10 minutes", "last 5, written every 150 steps", "the same idea at our time scale"),
     ("label smoothing, Adam, schedule formula, beam 4, α 0.6", "as stated", "the same", ""),
 ]
-display(Markdown(analysis.markdown_table([dict(zip(["", "paper (base)", "ours (CPU recipe)", "why"], row, strict=True)) for row in departures])))
+display(Markdown(markdown_table([dict(zip(["", "paper (base)", "ours (CPU recipe)", "why"], row, strict=True)) for row in departures])))
 metrics.update(small_recipe_parameters=n_small, base_parameters=n_base)
 
 # %% [markdown]

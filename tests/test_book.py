@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import nbformat
 import pytest
+from conftest import require, require_module
 
 from workbench import book
 from workbench.errors import BookError
@@ -204,9 +205,8 @@ def smoke_book(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.fail("no Chromium at /usr/bin/chromium (apt-get install chromium)")
+    playwright = require_module("playwright.sync_api", "pip install -e '.[dev]'")
+    require(Path(CHROMIUM).exists(), f"Chromium at {CHROMIUM}", "apt-get install chromium")
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:

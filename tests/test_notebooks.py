@@ -418,7 +418,7 @@ def test_cli_resolves_relative_paths_before_the_kernel_starts(tmp_path):
 @pytest.mark.notebook
 @pytest.mark.slow
 def test_cli_shows_one_progress_bar_and_the_table(tmp_path):
-    proc = _cli(["--smoke", "--only", "04", "--out", "reports"], tmp_path)
+    proc = _cli(["--smoke", "--only", "05", "--out", "reports"], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     noise = NOISE.findall(proc.stderr + proc.stdout)
     assert noise == [], f"papermill/kernel records on the console without --verbose:\n{proc.stderr}"
