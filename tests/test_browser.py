@@ -143,7 +143,7 @@ insp
 # the bars of the log-probability change: the plot whose only trace is a bar chart
 DELTA_BARS = ("() => { const g = Array.from(document.querySelectorAll('.js-plotly-plot'))"
               ".find(g => g.data && g.data.length === 1 && g.data[0].type === 'bar');"
-              " return g ? JSON.stringify(g.data[0].y) : null; }")
+              " return g ? JSON.stringify(Array.from(g.data[0].y)) : null; }")  # y may arrive as a typed array
 
 
 def test_head_intervention_inspector_in_jupyterlab(browser, tmp_path):
