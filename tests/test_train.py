@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from workbench import TrainConfig, TrainingError, build_model, preset
 from workbench.batching import make_batch
+from workbench.checkpoint import average_last, load_model
 from workbench.data import synthetic_pairs
 from workbench.decode import translate
 from workbench.metrics import exact_match
@@ -109,22 +110,34 @@ def test_evaluate_equals_full_logit_formulas():
 
 
 def _copy_setup(seed=0):
+    """The paper's defaults: post-LN (``norm_first=False``), the warm-up schedule with lr factor 1, label smoothing
+    0.1, Adam (0.9, 0.98, 1e-9); only the warm-up is set to the run: 200 of its ~510 steps (the paper's 4000 is
+    longer than this whole run)."""
     train = synthetic_pairs("copy", 3000, 3, 6, 10, seed=0)
     val = synthetic_pairs("copy", 100, 3, 6, 10, seed=1)
     tok = WordTokenizer.train(train)
     torch.manual_seed(seed)
-    model = build_model(preset("tiny", d_model=64, d_ff=128, norm_first=True), tok.src_vocab_size, tok.tgt_vocab_size)
-    # lr_factor 0.25 (peak lr 3e-3 at d_model 64): 0.5 diverged late on some CPUs (AVX2 vs AVX-512 rounding)
-    cfg = TrainConfig(epochs=15, warmup_steps=100, lr_factor=0.25, max_tokens=1000, label_smoothing=0.0,
-                      eval_bleu=False, seed=seed, device="cpu")
+    model = build_model(preset("tiny", d_model=64, d_ff=128), tok.src_vocab_size, tok.tgt_vocab_size)
+    cfg = TrainConfig(epochs=15, warmup_steps=200, max_tokens=1000, eval_bleu=False, seed=seed, device="cpu")
     return model, tok, train, val, cfg
 
 
 @pytest.mark.slow
-def test_tiny_model_learns_copy_task():
+def test_paper_default_post_ln_model_learns_copy_task(tmp_path):
+    """The paper-default post-LN model learns to copy, judged as the paper judges its models: the average of the
+    last 5 checkpoints (section 6.1), greedy decoding.
+
+    Measured on seeds 0-5 (about 20 CPU-seconds each): the averaged model copies 100 % of the validation
+    sentences every time. The last checkpoint alone scores 85-100 %: after ~250 steps the model sits at its
+    label-smoothed loss floor while the schedule keeps the learning rate at 8e-3 to 5.5e-3 (d_model^-0.5 = 1/8
+    makes a small model's rates high), and Adam then takes occasional loss spikes (with warm-ups of 200, 400 and
+    1000 steps alike, and in pre-LN too). Averaging removes them."""
     model, tok, train, val, cfg = _copy_setup()
-    history = fit(model, tok, train, val, cfg)
-    hyps = translate(model, tok, [s for s, _ in val], beam=1)
+    assert not model.cfg.norm_first and cfg.lr_factor == 1.0 and cfg.label_smoothing == 0.1  # the paper's recipe
+    history = fit(model, tok, train, val, cfg, out_dir=tmp_path)
+    averaged, _, state = load_model(average_last(tmp_path, last=5))
+    assert len(state["extra"]["averaged"]) == 5
+    hyps = translate(averaged, tok, [s for s, _ in val], beam=1)
     assert exact_match(hyps, [t for _, t in val]) >= 0.95
     assert history.val_loss[-1] < history.val_loss[0] / 4
     assert len(history.train_loss) == 15 and history.stopped_reason == "epochs"
