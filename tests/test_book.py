@@ -198,6 +198,7 @@ def smoke_book(tmp_path_factory):
     print(f"SMOKE book of notebooks {BOOK_NOTEBOOKS}: {time.perf_counter() - t0:.0f} s "
           f"(notebooks {result.run_seconds:.0f} s, sphinx {result.sphinx_seconds:.0f} s)")
     assert result.ok, [(p.name, p.error) for p in result.pages]
+    assert sorted(q.name for q in out.iterdir()) == ["reports", "site"]  # nothing left beside the book
     unresolved = [w for w in result.warnings if "{nb}" in w or "mime" in w]
     assert not unresolved, unresolved  # every concept-map link found its section; every output had a renderer
     return result

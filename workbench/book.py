@@ -632,8 +632,13 @@ def build_book(
         src = Path(tmp) / "src"
         for change in write_sources(pages, src):
             log.info("offline: %s", change)
+        # built in the temporary folder, then moved: myst-nb writes a jupyter_execute/ folder beside the output
+        # folder, and a failed build leaves an earlier book in place
+        built = Path(tmp) / "site"
+        warnings = run_sphinx(src, built, Path(tmp) / "doctrees")
         _clear_out(out)
-        warnings = run_sphinx(src, out, Path(tmp) / "doctrees")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(built), str(out))
     for w in warnings:
         log.warning("sphinx: %s", w)
     return BookResult(out_dir=out, pages=pages, run_seconds=round(run_seconds, 2),
