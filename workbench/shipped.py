@@ -373,7 +373,8 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
         "weights_chosen": chosen,
         "val_choice": {k: {"val_greedy_bleu": v} for k, v in choice.items()},
         "training": {
-            "minutes": round(summary_json.get("seconds", 0) / 60, 1),
+            # the history's clock runs on across --resume; the summary's counts only the last invocation
+            "minutes": round((history["elapsed_s"][-1] if history.get("elapsed_s") else summary_json.get("seconds", 0)) / 60, 1),
             "stopped_reason": summary_json.get("stopped_reason"),
             "steps": state0.get("step"),
             "epochs": summary_json.get("epochs_run"),
