@@ -158,3 +158,33 @@ def test_rnn_queries_keys_values_recorded():
     assert q.shape == (2, 1, 4, 16) and k.shape == v.shape == (2, 1, 6, 16)
     # the recorded weights are the softmax of the recorded queries against the recorded keys
     torch.testing.assert_close(cache["rnn_cross", 0], torch.softmax(q @ k.transpose(-2, -1), dim=-1))
+
+
+def test_the_model_does_not_import_the_capture_side_door():
+    """The model modules own hook points (workbench.hook_points) and know nothing of capture, which imports them."""
+    import ast
+    import pathlib
+
+    import workbench
+
+    package = pathlib.Path(workbench.__file__).parent
+    for name in ("model.py", "attention.py", "rnn.py"):
+        tree = ast.parse((package / name).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert "hook_points" in imported and not {"capture", "workbench.capture"} & imported, (name, imported)
+
+
+def test_layers_are_named_by_their_place_in_the_model(model_and_batch):
+    """Kinds and layers come from ``named_modules()``: a layer appended to a stack is the next layer (not a second
+    call of the one it was copied from), also when the model sits inside a wrapper that prefixes every name."""
+    import copy
+
+    model, src, tgt = model_and_batch
+    model.encoder_layers.append(copy.deepcopy(model.encoder_layers[0]))
+    wrapper = torch.nn.ModuleDict({"translator": model})
+    with capture_attention(wrapper, resid=True) as cache:
+        memory = model.encode(src)
+    assert cache.layers("enc_self") == cache.layers("resid_enc") == [0, 1, 2]
+    assert len(cache.calls("enc_self", 0)) == 1
+    torch.testing.assert_close(cache["resid_enc", -1], memory)

@@ -189,3 +189,15 @@ def test_learned_positions_and_long_input():
     assert model(torch.randint(4, 20, (1, 8)), torch.randint(4, 20, (1, 8))).shape == (1, 8, 20)
     with pytest.raises(ValueError, match="max_len"):
         model.encode(torch.randint(4, 20, (1, 9)))
+
+
+def test_sublayer_connection_defaults_to_the_papers_post_ln():
+    """``LayerNorm(x + Sublayer(x))`` by default (section 3.1); ``x + Sublayer(LayerNorm(x))`` with norm_first."""
+    from workbench.model import sublayer_connection
+
+    torch.manual_seed(0)
+    x, norm, f = torch.randn(2, 3, D), nn.LayerNorm(D), nn.Linear(D, D)
+    with torch.no_grad():
+        norm.weight.normal_()
+        assert torch.equal(sublayer_connection(x, f, norm, nn.Identity()), norm(x + f(x)))
+        assert torch.equal(sublayer_connection(x, f, norm, nn.Identity(), norm_first=True), x + f(norm(x)))

@@ -5,8 +5,11 @@ Two paths, chosen per call:
 * fused: :func:`torch.nn.functional.scaled_dot_product_attention` (flash / memory-efficient kernels where
   available). Used whenever nobody needs the weights, which includes all of training.
 * explicit: ``softmax(Q K^T / sqrt(d_k)) V`` written out, returning per-head weights. Used when
-  ``need_weights=True``. When :func:`workbench.capture.capture_attention` listens, the output still comes from
-  the fused kernel (so it is bit-identical with and without capture) and the weights are computed beside it.
+  ``need_weights=True``.
+
+Hook points (:mod:`workbench.hook_points`) do not change the path: when a hook listens on ``hook_scores`` or
+``hook_pattern`` (as :func:`workbench.capture.capture_attention`'s do), the output still comes from the fused
+kernel, so it is bit-identical with and without capture, and the weights are computed beside it.
 
 Masks are boolean with ``True`` = may attend. A query row whose every key is masked gets zero weights and a
 zero output on both paths (never NaN).
@@ -21,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .capture import HookPoint, tap
+from .hook_points import HookPoint, tap
 from .masks import causal_mask
 
 
@@ -178,8 +181,6 @@ class MultiHeadAttention(nn.Module):
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
         self.hook_z = HookPoint()  # per-head outputs (B, H, Tq, d_head) before W^O
-        self.capture_kind: str | None = None  # set by the model: "enc_self", "dec_self" or "cross"
-        self.capture_layer: int = 0
         nn.init.xavier_uniform_(self.in_proj_weight)
         if bias:
             nn.init.zeros_(self.out_proj.bias)

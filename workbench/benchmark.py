@@ -56,9 +56,9 @@ from torch import nn
 
 import workbench as wb
 from workbench.attention import MultiHeadAttention, scaled_dot_product_attention
-from workbench.capture import HookPoint
 from workbench.decode import beam_search, greedy_decode
 from workbench.flops import peak_flops, train_step_flops
+from workbench.hook_points import HookPoint
 from workbench.masks import causal_mask, to_nn_mask
 from workbench.model import DecoderLayer, EncoderLayer
 from workbench.runtime import autocast, resolve_device
@@ -150,11 +150,8 @@ class _BareAttention(MultiHeadAttention):
 
 class _BareEncoderLayer(EncoderLayer):
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.norm_first:
-            x = x + self.dropout1(self.self_attn(self.norm1(x), mask=src_mask)[0])
-            return x + self.dropout2(self.ff(self.norm2(x)))
-        x = self.norm1(x + self.dropout1(self.self_attn(x, mask=src_mask)[0]))
-        return self.norm2(x + self.dropout2(self.ff(x)))
+        x = self.residual(1, x, lambda h: self.self_attn(h, mask=src_mask)[0])
+        return self.residual(2, x, self.ff)
 
 
 class _BareDecoderLayer(DecoderLayer):
@@ -163,13 +160,9 @@ class _BareDecoderLayer(DecoderLayer):
         if cache is not None:
             raise NotImplementedError("the hook-free baseline runs teacher-forced forwards only")
         causal = tgt_mask is None
-        if self.norm_first:
-            x = x + self.dropout1(self.self_attn(self.norm1(x), mask=tgt_mask, is_causal=causal)[0])
-            x = x + self.dropout2(self.cross_attn(self.norm2(x), memory, mask=src_mask)[0])
-            return x + self.dropout3(self.ff(self.norm3(x)))
-        x = self.norm1(x + self.dropout1(self.self_attn(x, mask=tgt_mask, is_causal=causal)[0]))
-        x = self.norm2(x + self.dropout2(self.cross_attn(x, memory, mask=src_mask)[0]))
-        return self.norm3(x + self.dropout3(self.ff(x)))
+        x = self.residual(1, x, lambda h: self.self_attn(h, mask=tgt_mask, is_causal=causal)[0])
+        x = self.residual(2, x, lambda h: self.cross_attn(h, memory, mask=src_mask)[0])
+        return self.residual(3, x, self.ff)
 
 
 _BARE: dict[type, type] = {MultiHeadAttention: _BareAttention, EncoderLayer: _BareEncoderLayer,
@@ -178,7 +171,7 @@ _BARE: dict[type, type] = {MultiHeadAttention: _BareAttention, EncoderLayer: _Ba
 
 def without_hook_points(model: wb.Transformer) -> wb.Transformer:
     """A copy of ``model`` with the same weights and no hook points: the modules that tap them run forwards
-    without the taps, and every :class:`~workbench.capture.HookPoint` is deleted (teacher-forced forwards only).
+    without the taps, and every :class:`~workbench.hook_points.HookPoint` is deleted (teacher-forced forwards only).
 
     The capture suite races it against ``model`` to show what the hook points cost a user who never captures.
     """

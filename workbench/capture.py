@@ -1,10 +1,14 @@
-"""Attention capture: hook points on intermediates and a context manager that records them.
+"""Attention capture: the side door that listens to the model's hook points and records what they see.
 
-Every attention block carries identity :class:`HookPoint` modules (``hook_pattern``, ``hook_scores``, ``hook_q``,
-``hook_k``, ``hook_v``) and every layer a ``hook_resid``. They cost nothing while no hook is registered: the
-model then runs the fused kernel and stores nothing. :func:`capture_attention` registers forward hooks for the
-duration of a ``with`` block (which makes the attention blocks take the explicit path, since the weights are
-needed) and always removes them on exit, also when the body raises.
+The model carries identity :class:`~workbench.hook_points.HookPoint` modules (:mod:`workbench.hook_points`): every
+attention block ``hook_q``, ``hook_k``, ``hook_v``, ``hook_scores``, ``hook_pattern`` (and ``hook_z``), every layer
+``hook_resid``. The model never imports this module. :func:`capture_attention` finds the points by their names in
+``model.named_modules()`` (:data:`SITES`), registers recording forward hooks on them for the duration of a ``with``
+block, and always removes them on exit, also when the body raises.
+
+Capture does not change the computation: the output still comes from the fused kernel, and while someone listens
+the attention blocks compute the weights beside it (see :mod:`workbench.attention`), so outputs are bit-identical
+with and without capture. Without hooks the points cost one check each and store nothing.
 
     with capture_attention(model) as cache:
         model(src, tgt_in)
@@ -15,32 +19,44 @@ needed) and always removes them on exit, also when the body raises.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .hook_points import HookPoint, hook_points, n_hooks, tap
+
+__all__ = [
+    "FIELDS", "KINDS", "RESID_KINDS", "SITES", "AttentionCache", "HookPoint", "capture_attention", "hook_points",
+    "hooks_remaining", "sites", "tap",
+]
+
 KINDS = ("enc_self", "dec_self", "cross", "rnn_cross")
 RESID_KINDS = ("resid_enc", "resid_dec")
 FIELDS = ("pattern", "scores", "q", "k", "v")
 
+# Where each kind is recorded: (kind, module name with the layer index as its group, hook point the module must own).
+# A prefix before the name is allowed (``_orig_mod.`` of torch.compile, ``module.`` of DistributedDataParallel).
+SITES = (
+    ("enc_self", r"encoder_layers\.(\d+)\.self_attn", "hook_pattern"),
+    ("dec_self", r"decoder_layers\.(\d+)\.self_attn", "hook_pattern"),
+    ("cross", r"decoder_layers\.(\d+)\.cross_attn", "hook_pattern"),
+    ("rnn_cross", r"attention()", "hook_pattern"),  # the recurrent baseline's one attention: layer 0
+    ("resid_enc", r"encoder_layers\.(\d+)", "hook_resid"),
+    ("resid_dec", r"decoder_layers\.(\d+)", "hook_resid"),
+)
 
-class HookPoint(nn.Identity):
-    """An identity module whose only purpose is to carry forward hooks (TransformerLens style)."""
 
-    def active(self) -> bool:
-        """Does anything listen here (a forward hook or a forward pre-hook)? The one test used everywhere."""
-        return bool(self._forward_hooks) or bool(self._forward_pre_hooks)
-
-    def n_hooks(self) -> int:
-        """How many forward hooks and pre-hooks are registered on this point."""
-        return len(self._forward_hooks) + len(self._forward_pre_hooks)
-
-
-def tap(hook: HookPoint, x: Tensor) -> Tensor:
-    """Pass ``x`` through ``hook`` only when something listens (keeps the inactive path free)."""
-    return hook(x) if hook.active() else x
+def sites(model: nn.Module) -> Iterator[tuple[str, int, nn.Module]]:
+    """Every module that capture can listen to, as (kind, layer, module), named by ``model.named_modules()``."""
+    for name, module in model.named_modules():
+        for kind, pattern, point in SITES:
+            match = re.fullmatch(rf"(?:.+\.)?{pattern}", name)
+            if match and isinstance(getattr(module, point, None), HookPoint):
+                yield kind, int(match.group(1) or 0), module
+                break
 
 
 class AttentionCache:
@@ -111,13 +127,6 @@ class AttentionCache:
         return f"AttentionCache({len(self._store)} entries: {self.keys()[:6]}{'...' if len(self) > 6 else ''})"
 
 
-def _attention_blocks(model: nn.Module) -> Iterator[tuple[str, int, nn.Module]]:
-    for module in model.modules():
-        kind = getattr(module, "capture_kind", None)
-        if kind is not None:
-            yield kind, module.capture_layer, module
-
-
 def _resolve_layers(layers: Sequence[int] | int | None, n: int) -> set[int]:
     if layers is None:
         return set(range(n))
@@ -153,7 +162,7 @@ def capture_attention(
     Yields:
         An :class:`AttentionCache`, filled as the model runs; tensors are detached CPU copies.
     """
-    blocks = list(_attention_blocks(model))
+    blocks = list(sites(model))
     present: dict[str, int] = {}
     for kind, layer, _ in blocks:
         present[kind] = max(present.get(kind, 0), layer + 1)
@@ -191,4 +200,4 @@ def capture_attention(
 
 def hooks_remaining(model: nn.Module) -> int:
     """Number of forward hooks and pre-hooks still registered on the model's hook points (0 outside any capture)."""
-    return sum(m.n_hooks() for m in model.modules() if isinstance(m, HookPoint))
+    return sum(n_hooks(point) for point in hook_points(model).values())

@@ -33,8 +33,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .capture import AttentionCache, HookPoint, capture_attention
+from .capture import AttentionCache, capture_attention, sites
 from .errors import InterventionError
+from .hook_points import HookPoint
 
 HEAD_KINDS = ("enc_self", "dec_self", "cross")
 ABLATION_MODES = ("zero", "mean")
@@ -43,13 +44,12 @@ Head = tuple[str, int, int]  # (kind, layer, head)
 
 
 def attention_blocks(model: nn.Module) -> dict[BlockKey, nn.Module]:
-    """Every multi-head block of a Transformer by (kind, layer), found by walking ``named_modules()``."""
-    blocks = {}
-    for _name, module in model.named_modules():
-        kind = getattr(module, "capture_kind", None)
-        if kind in HEAD_KINDS and isinstance(getattr(module, "hook_z", None), HookPoint):
-            blocks[(kind, module.capture_layer)] = module
-    return blocks
+    """Every multi-head block of a Transformer by (kind, layer), found by its name in ``named_modules()``."""
+    return {
+        (kind, layer): module
+        for kind, layer, module in sites(model)
+        if kind in HEAD_KINDS and isinstance(getattr(module, "hook_z", None), HookPoint)
+    }
 
 
 def _index(value: Any, n: int, what: str, where: str) -> int:

@@ -2,11 +2,17 @@
 
 ``Transformer.encode`` maps source tokens to ``memory``; ``Transformer.decode`` maps target tokens and memory
 to next-token logits, optionally step by step with a key/value cache; ``forward`` does both (teacher forcing).
+
+Each layer's output and each attention block's intermediates pass through hook points (:mod:`workbench.hook_points`),
+skipped while nobody listens. Inspection listens from outside (:mod:`workbench.capture`, :mod:`workbench.intervene`)
+and finds them by name in ``named_modules()``; capture does not change the computation (the attention output still
+comes from the fused kernel), so outputs are bit-identical with and without it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -14,9 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
-from .capture import HookPoint, tap
 from .config import ModelConfig
 from .errors import ConfigError
+from .hook_points import HookPoint, tap
 from .masks import padding_mask
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
@@ -36,30 +42,64 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each wrapped in residual + LayerNorm (post-LN, or pre-LN)."""
+def sublayer_connection(
+    x: Tensor, sublayer: Callable[[Tensor], Tensor], norm: nn.Module, dropout: nn.Module, norm_first: bool = False
+) -> Tensor:
+    """One residual sub-layer, written once for every layer (the Annotated Transformer's ``SublayerConnection``).
 
-    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
+    post-LN, the paper's default (sections 3.1 and 5.4): ``LayerNorm(x + Dropout(Sublayer(x)))``;
+    pre-LN (``norm_first=True``): ``x + Dropout(Sublayer(LayerNorm(x)))``, which needs a final LayerNorm after the
+    stack (:class:`Transformer` adds it).
+
+    Shapes: x (B, T, d_model) -> (B, T, d_model); ``sublayer`` maps (B, T, d_model) to (B, T, d_model).
+    """
+    if norm_first:
+        return x + dropout(sublayer(norm(x)))
+    return norm(x + dropout(sublayer(x)))
+
+
+class ResidualLayer(nn.Module):
+    """What encoder and decoder layers share: their sub-layers, each wrapped by :func:`sublayer_connection`, and the
+    hook point ``hook_resid`` on the layer's output.
+
+    Sub-layer ``i`` (counted from 1, in the order given) has its own ``norm{i}`` and ``dropout{i}``: the names of
+    :class:`torch.nn.TransformerEncoderLayer`, which the state dicts of the shipped weights and checkpoints keep.
+    """
+
+    def __init__(self, cfg: ModelConfig, **sublayers: nn.Module) -> None:
         super().__init__()
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
-        self.self_attn.capture_kind, self.self_attn.capture_layer = "enc_self", layer
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.dropout1 = nn.Dropout(cfg.dropout)
-        self.dropout2 = nn.Dropout(cfg.dropout)
+        for name, module in sublayers.items():
+            self.add_module(name, module)
+        for i in range(1, len(sublayers) + 1):
+            self.add_module(f"norm{i}", nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps))
+        for i in range(1, len(sublayers) + 1):
+            self.add_module(f"dropout{i}", nn.Dropout(cfg.dropout))
         self.hook_resid = HookPoint()
-        self.capture_kind, self.capture_layer = "resid_enc", layer
+
+    def residual(self, i: int, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """``x`` through sub-layer ``i`` and its residual connection (post-LN or pre-LN, as configured)."""
+        return sublayer_connection(x, sublayer, getattr(self, f"norm{i}"), getattr(self, f"dropout{i}"), self.norm_first)
+
+
+def _attention(cfg: ModelConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
+
+
+def _feed_forward(cfg: ModelConfig) -> FeedForward:
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+
+
+class EncoderLayer(ResidualLayer):
+    """Self-attention then feed-forward, each a residual sub-layer (post-LN, or pre-LN)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, self_attn=_attention(cfg), ff=_feed_forward(cfg))
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Shapes: x (B, S, d_model), src_mask (B, 1, 1, S) bool -> (B, S, d_model)."""
-        if self.norm_first:
-            x = x + self.dropout1(self.self_attn(self.norm1(x), mask=src_mask)[0])
-            x = x + self.dropout2(self.ff(self.norm2(x)))
-        else:
-            x = self.norm1(x + self.dropout1(self.self_attn(x, mask=src_mask)[0]))
-            x = self.norm2(x + self.dropout2(self.ff(x)))
+        x = self.residual(1, x, lambda h: self.self_attn(h, mask=src_mask)[0])
+        x = self.residual(2, x, self.ff)
         return tap(self.hook_resid, x)
 
 
@@ -71,25 +111,11 @@ class LayerCache:
     cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
 
 
-class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder (cross) attention, feed-forward; each with residual + LayerNorm."""
+class DecoderLayer(ResidualLayer):
+    """Masked self-attention, encoder-decoder (cross) attention, feed-forward; each a residual sub-layer."""
 
-    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
-        super().__init__()
-        self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
-        self.self_attn.capture_kind, self.self_attn.capture_layer = "dec_self", layer
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
-        self.cross_attn.capture_kind, self.cross_attn.capture_layer = "cross", layer
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        self.norm1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.norm3 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.dropout1 = nn.Dropout(cfg.dropout)
-        self.dropout2 = nn.Dropout(cfg.dropout)
-        self.dropout3 = nn.Dropout(cfg.dropout)
-        self.hook_resid = HookPoint()
-        self.capture_kind, self.capture_layer = "resid_dec", layer
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, self_attn=_attention(cfg), cross_attn=_attention(cfg), ff=_feed_forward(cfg))
 
     def forward(
         self,
@@ -107,15 +133,9 @@ class DecoderLayer(nn.Module):
         causal = tgt_mask is None
         sa_cache = cache.self_attn if cache is not None else None
         ca_cache = cache.cross_attn if cache is not None else None
-        if self.norm_first:
-            h = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(h, mask=tgt_mask, is_causal=causal, cache=sa_cache)[0])
-            x = x + self.dropout2(self.cross_attn(self.norm2(x), memory, mask=src_mask, cache=ca_cache)[0])
-            x = x + self.dropout3(self.ff(self.norm3(x)))
-        else:
-            x = self.norm1(x + self.dropout1(self.self_attn(x, mask=tgt_mask, is_causal=causal, cache=sa_cache)[0]))
-            x = self.norm2(x + self.dropout2(self.cross_attn(x, memory, mask=src_mask, cache=ca_cache)[0]))
-            x = self.norm3(x + self.dropout3(self.ff(x)))
+        x = self.residual(1, x, lambda h: self.self_attn(h, mask=tgt_mask, is_causal=causal, cache=sa_cache)[0])
+        x = self.residual(2, x, lambda h: self.cross_attn(h, memory, mask=src_mask, cache=ca_cache)[0])
+        x = self.residual(3, x, self.ff)
         return tap(self.hook_resid, x)
 
 
@@ -171,8 +191,8 @@ class Transformer(nn.Module):
             self.src_embed.tokens = self.tgt_embed.tokens
         else:
             self.src_embed = Embedding(src_vocab_size, cfg, pad_id)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_enc_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_dec_layers))
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
         # pre-LN stacks need a final LayerNorm (post-LN layers already end in one)
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()

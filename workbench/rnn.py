@@ -23,8 +23,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .capture import HookPoint, tap
 from .errors import ConfigError
+from .hook_points import HookPoint, tap
 from .masks import padding_mask
 
 
@@ -58,7 +58,6 @@ class DotProductAttention(nn.Module):
         self.hook_pattern = HookPoint()
         self.hook_scores = HookPoint()
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
-        self.capture_kind, self.capture_layer = "rnn_cross", 0
 
     def forward(self, states: Tensor, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Shapes: states (B, T, D), memory (B, S, D), mask (B, S) -> context (B, T, D), weights (B, T, S)."""
