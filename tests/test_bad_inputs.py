@@ -12,16 +12,6 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import (
-    CheckpointError,
-    ChecksumError,
-    ConfigError,
-    DataError,
-    DecodingError,
-    InputTextError,
-    NotebookParameterError,
-    TrainingError,
-)
 from workbench.checkpoint import load_checkpoint, load_model, load_state, save_checkpoint
 from workbench.data import load_multi30k, load_parallel_text
 from workbench.decode import beam_search, translate
@@ -57,38 +47,38 @@ def case(name, error, match):
     return register
 
 
-@case("d_model not divisible by n_heads", ConfigError, "divisible by n_heads")
+@case("d_model not divisible by n_heads", wb.ConfigError, "divisible by n_heads")
 def _c1(tmp_path, mp):
     wb.preset("tiny", d_model=30)
 
 
-@case("negative dropout", ConfigError, "dropout=-0.1")
+@case("negative dropout", wb.ConfigError, "dropout=-0.1")
 def _c2(tmp_path, mp):
     wb.preset("tiny", dropout=-0.1)
 
 
-@case("unknown positional kind", ConfigError, "positional='rotary'")
+@case("unknown positional kind", wb.ConfigError, "positional='rotary'")
 def _c3(tmp_path, mp):
     wb.preset("tiny", positional="rotary")
 
 
-@case("unknown preset", ConfigError, "unknown preset 'medium'")
+@case("unknown preset", wb.ConfigError, "unknown preset 'medium'")
 def _c4(tmp_path, mp):
     wb.preset("medium")
 
 
-@case("bad training config", ConfigError, "label_smoothing=1.5")
+@case("bad training config", wb.ConfigError, "label_smoothing=1.5")
 def _c5(tmp_path, mp):
     wb.TrainConfig(label_smoothing=1.5)
 
 
-@case("missing data offline, no cache", DataError, "put these files at")
+@case("missing data offline, no cache", wb.DataError, "put these files at")
 def _c6(tmp_path, mp):
     _offline(mp)
     load_multi30k("val", data_dir=tmp_path / "empty")
 
 
-@case("checksum mismatch", ChecksumError, "val.de.gz")
+@case("checksum mismatch", wb.ChecksumError, "val.de.gz")
 def _c7(tmp_path, mp):
     from tests.conftest import REPO
 
@@ -99,34 +89,34 @@ def _c7(tmp_path, mp):
     load_multi30k("val", data_dir=tmp_path, download=False)
 
 
-@case("empty file", DataError, "is empty")
+@case("empty file", wb.DataError, "is empty")
 def _c8(tmp_path, mp):
     (tmp_path / "a.txt").write_text("")
     (tmp_path / "b.txt").write_text("x\n")
     load_parallel_text(tmp_path / "a.txt", tmp_path / "b.txt")
 
 
-@case("misaligned parallel files", DataError, "has 2 lines but")
+@case("misaligned parallel files", wb.DataError, "has 2 lines but")
 def _c9(tmp_path, mp):
     (tmp_path / "a.txt").write_text("eins\nzwei\n")
     (tmp_path / "b.txt").write_text("one\n")
     load_parallel_text(tmp_path / "a.txt", tmp_path / "b.txt")
 
 
-@case("truncated checkpoint", CheckpointError, "truncated or corrupt")
+@case("truncated checkpoint", wb.CheckpointError, "truncated or corrupt")
 def _c10(tmp_path, mp):
     data = _saved(tmp_path).read_bytes()
     (tmp_path / "cut.pt").write_bytes(data[: len(data) // 3])
     load_checkpoint(tmp_path / "cut.pt")
 
 
-@case("checkpoint that is not ours", CheckpointError, "not an Attention Workbench checkpoint")
+@case("checkpoint that is not ours", wb.CheckpointError, "not an Attention Workbench checkpoint")
 def _c11(tmp_path, mp):
     torch.save({"state_dict": {}}, tmp_path / "other.pt")
     load_checkpoint(tmp_path / "other.pt")
 
 
-@case("checkpoint with a pickle payload", CheckpointError, "weights_only")
+@case("checkpoint with a pickle payload", wb.CheckpointError, "weights_only")
 def _c12(tmp_path, mp):
     class Payload:
         def __reduce__(self):
@@ -136,52 +126,52 @@ def _c12(tmp_path, mp):
     load_checkpoint(tmp_path / "evil.pt")
 
 
-@case("checkpoint from another config", CheckpointError, "another config or vocabulary")
+@case("checkpoint from another config", wb.CheckpointError, "another config or vocabulary")
 def _c13(tmp_path, mp):
     state = load_checkpoint(_saved(tmp_path))
     load_state(_model(d_model=48), state["model"])
 
 
-@case("missing checkpoint", CheckpointError, "does not exist")
+@case("missing checkpoint", wb.CheckpointError, "does not exist")
 def _c14(tmp_path, mp):
     load_model(tmp_path / "nope.pt")
 
 
-@case("sentence longer than max_len", InputTextError, "more than the model's max_len=16")
+@case("sentence longer than max_len", wb.InputTextError, "more than the model's max_len=16")
 def _c15(tmp_path, mp):
     translate(_model(), TOK, [" ".join(["mann"] * 40)])
 
 
-@case("a string instead of a list of sentences", InputTextError, "wrap it in a list")
+@case("a string instead of a list of sentences", wb.InputTextError, "wrap it in a list")
 def _c16(tmp_path, mp):
     translate(_model(), TOK, "ein mann")
 
 
-@case("beam size 0", DecodingError, "beam size 0")
+@case("beam size 0", wb.DecodingError, "beam size 0")
 def _c17(tmp_path, mp):
     beam_search(_model(), torch.tensor([[4, 5, 3]]), beam=0)
 
 
-@case("beam larger than the vocabulary", DecodingError, "larger than the target vocabulary")
+@case("beam larger than the vocabulary", wb.DecodingError, "larger than the target vocabulary")
 def _c18(tmp_path, mp):
     beam_search(_model(), torch.tensor([[4, 5, 3]]), beam=1000)
 
 
-@case("misspelt notebook parameter", NotebookParameterError, "did you mean SMOKE")
+@case("misspelt notebook parameter", wb.NotebookParameterError, "did you mean SMOKE")
 def _c19(tmp_path, mp):
     from workbench.notebooks import check_parameters, list_notebooks
 
     check_parameters(list_notebooks()[0], {"SMOKEE": True})
 
 
-@case("ill-typed notebook parameter", NotebookParameterError, "SEED")
+@case("ill-typed notebook parameter", wb.NotebookParameterError, "SEED")
 def _c20(tmp_path, mp):
     from workbench.notebooks import check_parameters, list_notebooks
 
     check_parameters(list_notebooks()[0], {"SEED": "zero"})
 
 
-@case("NaN loss during training", TrainingError, "loss became nan")
+@case("NaN loss during training", wb.TrainingError, "loss became nan")
 def _c21(tmp_path, mp):
     from workbench.train import fit
 
@@ -192,7 +182,7 @@ def _c21(tmp_path, mp):
         out_dir=tmp_path)
 
 
-@case("out of disk space during a save", CheckpointError, "intact")
+@case("out of disk space during a save", wb.CheckpointError, "intact")
 def _c22(tmp_path, mp):
     path = _saved(tmp_path)
     before = path.read_bytes()
@@ -234,6 +224,6 @@ def test_nan_loss_keeps_last_good_checkpoint(tmp_path):
     good = (tmp_path / "last.pt").read_bytes()
     with torch.no_grad():
         model.generator.weight.fill_(float("nan"))
-    with pytest.raises(TrainingError):
+    with pytest.raises(wb.TrainingError):
         fit(model, TOK, pairs, pairs[:1], wb.TrainConfig(epochs=2, eval_bleu=False, device="cpu"), out_dir=tmp_path)
     assert (tmp_path / "last.pt").read_bytes() == good

@@ -125,3 +125,21 @@ def test_bench_one_suite_and_unknown_suite(tmp_path, capsys):
     assert "capture" in report and "attention" not in report
     with pytest.raises(SystemExit):
         main(["bench", "--suite", "nonsense"])
+
+
+def test_notebooks_copy_command(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["notebooks", "copy", "--help"])
+    assert info.value.code == 0 and "--force" in capsys.readouterr().out
+    target = tmp_path / "lessons"
+    assert main(["notebooks", "copy", str(target), "--only", "05"]) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.name for p in target.iterdir()) == ["05_masked_attention.ipynb", "05_masked_attention.py"]
+    assert str(target / "05_masked_attention.ipynb") in out and f"--dir {target}" in out
+    (target / "05_masked_attention.ipynb").write_text("{}")  # the user's edits
+    assert main(["notebooks", "copy", str(target), "--only", "05"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "05_masked_attention" in err and "--force" in err
+    assert (target / "05_masked_attention.ipynb").read_text() == "{}"
+    assert main(["notebooks", "copy", str(target), "--only", "05", "--force"]) == 0
+    assert (target / "05_masked_attention.ipynb").read_text() != "{}"

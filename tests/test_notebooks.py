@@ -259,6 +259,52 @@ def test_notebook_folder_resolution(tmp_path, monkeypatch):
         select_notebooks(list_notebooks(), "09")
 
 
+def test_installed_package_finds_its_shipped_notebooks(tmp_path):
+    """A package in site-packages (no pyproject.toml beside it) does not take a stray notebooks/ folder there for
+    a checkout's (it falls back to its shipped copy; tests/test_packaging.py runs that copy from a wheel)."""
+    from workbench.notebooks import _checkout_notebooks_dir
+
+    site = tmp_path / "site-packages"
+    (site / "workbench").mkdir(parents=True)
+    (site / "notebooks").mkdir()  # some other distribution's folder: not ours
+    module = site / "workbench" / "notebooks.py"
+    assert _checkout_notebooks_dir(module) is None
+    (site / "pyproject.toml").write_text("[project]\n")
+    assert _checkout_notebooks_dir(module) == (site / "notebooks").resolve()
+
+
+def test_copy_notebooks_writes_pairs_and_refuses_to_overwrite(tmp_path):
+    from workbench.errors import NotebookCopyError
+    from workbench.notebooks import copy_notebooks
+
+    target = tmp_path / "mine" / "lessons"
+    written = copy_notebooks(target, only="02", directory=REPO / "notebooks")
+    names = sorted(p.name for p in written)
+    assert names == ["02_scaled_dot_product_attention.ipynb", "02_scaled_dot_product_attention.py"]
+    for p in written:
+        assert p.read_bytes() == (REPO / "notebooks" / p.name).read_bytes()
+    mine = target / "02_scaled_dot_product_attention.py"
+    mine.write_text("# my edits\n")
+    with pytest.raises(NotebookCopyError, match=r"already holds 02_scaled.*nothing was copied.*--force"):
+        copy_notebooks(target, only=["02", "04"], directory=REPO / "notebooks")
+    assert mine.read_text() == "# my edits\n"  # untouched
+    assert not list(target.glob("04_*"))  # all or nothing: the other notebook was not copied either
+    copy_notebooks(target, only="02", force=True, directory=REPO / "notebooks")
+    assert mine.read_bytes() == (REPO / "notebooks" / mine.name).read_bytes()
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(NotebookCopyError, match="is a file"):
+        copy_notebooks(tmp_path / "a_file", only="02", directory=REPO / "notebooks")
+
+
+def test_copy_notebooks_copies_every_pair_of_the_series(tmp_path):
+    from workbench.notebooks import copy_notebooks
+
+    written = copy_notebooks(tmp_path, directory=REPO / "notebooks")
+    assert sorted(p.name for p in written) == sorted(
+        f.name for nb in NOTEBOOKS for f in (nb, nb.with_suffix(".py")))
+    assert [p.name for p in list_notebooks(tmp_path)] == [p.name for p in NOTEBOOKS]  # a folder `--dir` can run
+
+
 def test_unknown_kernel_is_reported():
     with pytest.raises(NotebookParameterError, match="no Jupyter kernel named"):
         kernel_name_for_this_python("no-such-kernel-xyz")

@@ -28,8 +28,9 @@ Suites:
 * ``sdpa``       — which scaled-dot-product kernels actually run in our model's forward and in the reference's
   (from the profiler).
 
-Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on Linux CPUs the growth of the resident set's
-high-water mark (reset through ``/proc/self/clear_refs``) over the resident set before the call.
+Peak memory (:func:`workbench.measure.peak_memory`): on CUDA ``torch.cuda.max_memory_allocated``; on Linux CPUs
+the growth of the resident set's high-water mark (reset through ``/proc/self/clear_refs``) over the resident set
+before the call. Times come from :func:`workbench.measure.call_seconds`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from workbench.decode import beam_search, greedy_decode
 from workbench.flops import peak_flops, train_step_flops
 from workbench.hook_points import HookPoint
 from workbench.masks import causal_mask, to_nn_mask
+from workbench.measure import call_seconds, peak_memory
 from workbench.model import DecoderLayer, EncoderLayer
 from workbench.runtime import autocast, resolve_device
 from workbench.train import step_loss
@@ -185,24 +187,7 @@ def without_hook_points(model: wb.Transformer) -> wb.Transformer:
     return bare
 
 
-# -- measuring -----------------------------------------------------------------------------------------------------
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn: Callable[[], Any], repeats: int, device: torch.device = torch.device("cpu")) -> list[float]:
-    """Wall-clock seconds of ``repeats`` calls (device work included)."""
-    out = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        out.append(time.perf_counter() - t0)
-    return out
-
-
+# -- measuring (the probes are workbench.measure's) -------------------------------------------------------------
 def race(fns: dict[str, Callable[[], Any]], rounds: int, device: torch.device) -> dict[str, Any]:
     """Race the functions: one warm-up call each, then ``rounds`` rounds of one call each, the order alternating.
 
@@ -217,40 +202,9 @@ def race(fns: dict[str, Callable[[], Any]], rounds: int, device: torch.device) -
     log_rounds = []
     for r in range(rounds):
         order = names if r % 2 == 0 else names[::-1]
-        log_rounds.append({"order": order, "s": {k: timed(fns[k], 1, device)[0] for k in order}})
+        log_rounds.append({"order": order, "s": {k: call_seconds(fns[k], 1, device)[0] for k in order}})
     median = {k: statistics.median(rd["s"][k] for rd in log_rounds) for k in names}
     return {"median_s": median, "rounds": log_rounds}
-
-
-def _rss_bytes(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def peak_memory(fn: Callable[[], Any], device: torch.device) -> int | None:
-    """Bytes by which memory rose above its level before ``fn`` at its peak during ``fn`` (None if unmeasurable)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        fn()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - before
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak resident set size (VmHWM) to the current one
-    except OSError:
-        return None
-    before = _rss_bytes("VmRSS")
-    fn()
-    peak = _rss_bytes("VmHWM")
-    return None if before is None or peak is None else max(peak - before, 0)
 
 
 # -- suites --------------------------------------------------------------------------------------------------------
@@ -630,6 +584,21 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+# (header, width) of the columns of the two tables, and the rivals in the order of their columns
+ATTENTION_RIVALS = ("ours_fused", "ours_explicit", "nn.MultiheadAttention")
+ATTENTION_COLUMNS = (("n", 6), ("fused", 9), ("explicit", 9), ("nn.MHA", 9), ("fused/nn", 9), ("mem fused", 10),
+                     ("mem expl", 9), ("mem nn", 8))
+TRAIN_STEP_RIVALS = ("ours", "nn.Transformer")
+TRAIN_STEP_COLUMNS = (("preset", 7), ("ours s", 8), ("nn s", 8), ("ratio", 6), ("GFLOP/s", 8), ("MFU", 6),
+                      ("mem ours", 9), ("mem nn", 8))
+
+
+def _table(columns: tuple[tuple[str, int], ...], rows: list[list[Any]]) -> list[str]:
+    """A header line and one line per row, each cell right-aligned in its column's width."""
+    return [" ".join(f"{cell!s:>{width}}" for cell, (_, width) in zip(row, columns, strict=True))
+            for row in [[name for name, _ in columns], *rows]]
+
+
 def format_table(report: dict[str, Any]) -> str:
     """A plain-text summary of a report, one block per suite."""
     commit = report.get("commit")
@@ -638,23 +607,18 @@ def format_table(report: dict[str, Any]) -> str:
              f"{' (uncommitted changes)' if report.get('dirty') else ''}"]
     if "attention" in report:
         a = report["attention"]
-        lines += ["", f"attention fwd+bwd, d_model={a['d_model']}, h={a['n_heads']}, batch={a['batch']} (ms; peak MiB)",
-                  f"{'n':>6} {'fused':>9} {'explicit':>9} {'nn.MHA':>9} {'fused/nn':>9} {'mem fused':>10} {'mem expl':>9} {'mem nn':>8}"]
-        for r in a["rows"]:
-            ms, mem = r["ms"], r["peak_mib"]
-            lines.append(f"{r['n']:>6} {ms['ours_fused']:>9.2f} {ms['ours_explicit']:>9.2f} {ms['nn.MultiheadAttention']:>9.2f} "
-                         f"{r['fused_over_nn']:>9.2f} {_fmt(mem['ours_fused']):>10} {_fmt(mem['ours_explicit']):>9} "
-                         f"{_fmt(mem['nn.MultiheadAttention']):>8}")
+        lines += ["", f"attention fwd+bwd, d_model={a['d_model']}, h={a['n_heads']}, batch={a['batch']} (ms; peak MiB)"]
+        lines += _table(ATTENTION_COLUMNS, [
+            [r["n"], *(f"{r['ms'][k]:.2f}" for k in ATTENTION_RIVALS), f"{r['fused_over_nn']:.2f}",
+             *(_fmt(r["peak_mib"][k]) for k in ATTENTION_RIVALS)] for r in a["rows"]])
     if "train_step" in report:
         t = report["train_step"]
         lines += ["", f"training step vs nn.Transformer ({t['amp']}; same dropout placement; median of "
-                      f"{min(len(r['rounds']) for r in t['rows'])}+ alternating rounds)",
-                  f"{'preset':>7} {'ours s':>8} {'nn s':>8} {'ratio':>6} {'GFLOP/s':>8} {'MFU':>6} {'mem ours':>9} {'mem nn':>8}"]
-        for r in t["rows"]:
-            mfu = "-" if r["ours_mfu"] is None else f"{r['ours_mfu']:.1%}"
-            lines.append(f"{r['preset']:>7} {r['step_s']['ours']:>8.3f} {r['step_s']['nn.Transformer']:>8.3f} "
-                         f"{r['ratio_ours_over_nn']:>6.2f} {1e3 * r['ours_tflops_per_s']:>8.1f} {mfu:>6} "
-                         f"{_fmt(r['peak_mib']['ours']):>9} {_fmt(r['peak_mib']['nn.Transformer']):>8}")
+                      f"{min(len(r['rounds']) for r in t['rows'])}+ alternating rounds)"]
+        lines += _table(TRAIN_STEP_COLUMNS, [
+            [r["preset"], *(f"{r['step_s'][k]:.3f}" for k in TRAIN_STEP_RIVALS), f"{r['ratio_ours_over_nn']:.2f}",
+             f"{1e3 * r['ours_tflops_per_s']:.1f}", "-" if r["ours_mfu"] is None else f"{r['ours_mfu']:.1%}",
+             *(_fmt(r["peak_mib"][k]) for k in TRAIN_STEP_RIVALS)] for r in t["rows"]])
     if "capture" in report:
         c = report["capture"]
         lines += ["", f"capture ({c['preset']}): hook points with no hooks vs none, forward "

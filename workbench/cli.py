@@ -193,9 +193,17 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
-    """One progress bar, then one line per notebook (and its error); ``--verbose`` also shows papermill's records
-    and the kernels' start-up warnings."""
-    from .notebooks import parse_parameters, run_series
+    """``run``: one progress bar, then one line per notebook (and its error); ``--verbose`` also shows papermill's
+    records and the kernels' start-up warnings. ``copy``: editable copies of the notebooks in a folder."""
+    from .notebooks import copy_notebooks, notebooks_dir, parse_parameters, run_series
+
+    if args.action == "copy":
+        written = copy_notebooks(args.target, only=args.only or None, force=args.force)
+        for path in written:
+            print(path)
+        print(f"copied {len(written)} files from {notebooks_dir()}; open them with `jupyter lab {args.target}`, "
+              f"run them with `workbench notebooks run --dir {args.target}`")
+        return 0
 
     quiet = not (args.verbose or args.debug)
     if quiet:
@@ -207,7 +215,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser().resolve()  # the kernels run elsewhere: resolve where the user stands
     data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else None
     results = run_series(out_dir=out, smoke=args.smoke, only=only, parameters=params or None, data_dir=data_dir,
-                         quiet=quiet)
+                         quiet=quiet, directory=args.dir)
     failed = [r for r in results if r.get("status") != "ok"]
     for r in results:
         print(f"{r['name']:40s} {r.get('status', '?'):6s} {r.get('seconds', 0):7.1f} s")
@@ -314,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output file (default RUN_DIR/averaged.pt)")
     p.set_defaults(func=cmd_average)
 
-    p = sub.add_parser("notebooks", help="run the notebook series headless")
+    p = sub.add_parser("notebooks", help="run the notebook series headless, or copy it to edit")
     nsub = p.add_subparsers(dest="action", metavar="ACTION")
     r = nsub.add_parser("run", help="execute the notebooks with papermill and write HTML reports")
     r.add_argument("--smoke", action="store_true", help="tiny sizes (what CI runs)")
@@ -323,6 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook (JSON values)")
     r.add_argument("--data-dir", default=None, help="local Multi30k folder (else $WORKBENCH_MULTI30K or the cache)")
     r.add_argument("--verbose", action="store_true", help="also show papermill's log and the kernels' warnings")
+    r.add_argument("--dir", default=None, help="run the notebooks of this folder (e.g. your copies) instead of the "
+                                              "package's")
+    r.set_defaults(func=cmd_notebooks)
+    r = nsub.add_parser("copy", help="copy the notebooks (.ipynb with its paired .py) into a folder to edit them")
+    r.add_argument("target", metavar="DIR", help="the folder to copy into (created if missing)")
+    r.add_argument("--only", action="append", help="copy only notebooks whose number or name matches (repeatable)")
+    r.add_argument("--force", action="store_true", help="overwrite files of the same names in DIR")
     r.set_defaults(func=cmd_notebooks)
 
     p = sub.add_parser("book", help="the notebooks as a rendered, offline book (Sphinx + myst-nb)")

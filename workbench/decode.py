@@ -6,8 +6,9 @@ stopping early when possible. The length penalty is GNMT's, lp(Y) = ((5 + |Y|) /
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -62,6 +63,27 @@ class _Stepper:
             self.cache.reorder(index)
 
 
+@contextlib.contextmanager
+def _eval_mode(model: Seq2Seq) -> Iterator[None]:
+    """Evaluation mode (no dropout) while decoding; a model that was training is put back into training mode."""
+    was_training = getattr(model, "training", False)
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        yield
+    finally:
+        if isinstance(model, nn.Module) and was_training:
+            model.train()
+
+
+def _check_beam(beam: int, vocab_size: int | None = None) -> None:
+    if not isinstance(beam, int) or beam < 1:
+        raise DecodingError(f"beam size {beam!r} is invalid: use an integer >= 1 (the paper uses 4; 1 is greedy)")
+    if vocab_size is not None and beam > vocab_size:
+        raise DecodingError(f"beam size {beam} is larger than the target vocabulary ({vocab_size} tokens): "
+                            f"use beam <= {vocab_size}")
+
+
 def _check_src(model: Seq2Seq, src: Tensor) -> None:
     if src.dim() != 2:
         raise InputTextError(f"src must be a (batch, length) tensor of token ids, got shape {tuple(src.shape)}")
@@ -73,15 +95,8 @@ def _check_src(model: Seq2Seq, src: Tensor) -> None:
 
 
 @torch.no_grad()
-def greedy_decode(
-    model: Seq2Seq,
-    src: Tensor,
-    bos_id: int = 2,
-    eos_id: int = 3,
-    max_extra: int = 50,
-    max_len: int | None = None,
-    use_cache: bool = True,
-) -> Tensor:
+def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3, max_extra: int = 50,
+                  max_len: int | None = None, use_cache: bool = True) -> Tensor:
     """Pick the most probable token at every step, for a whole batch at once.
 
     Args:
@@ -94,10 +109,7 @@ def greedy_decode(
         src (B, S) -> (B, T) output ids without bos, eos included, padded with ``model.pad_id`` after eos.
     """
     _check_src(model, src)
-    model_was_training = getattr(model, "training", False)
-    if isinstance(model, nn.Module):
-        model.eval()
-    try:
+    with _eval_mode(model):
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
         limits = _step_limits(model, src, max_extra, max_len)  # (B,)
@@ -115,9 +127,6 @@ def greedy_decode(
             if bool(done.all()):
                 break
         return out[:, 1:]
-    finally:
-        if isinstance(model, nn.Module) and model_was_training:
-            model.train()
 
 
 @torch.no_grad()
@@ -143,15 +152,8 @@ def beam_search(
         src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
     """
     _check_src(model, src)
-    V = getattr(model, "tgt_vocab_size", None)
-    if not isinstance(beam, int) or beam < 1:
-        raise DecodingError(f"beam size {beam!r} is invalid: use an integer >= 1 (the paper uses 4; 1 is greedy)")
-    if V is not None and beam > V:
-        raise DecodingError(f"beam size {beam} is larger than the target vocabulary ({V} tokens): use beam <= {V}")
-    model_was_training = getattr(model, "training", False)
-    if isinstance(model, nn.Module):
-        model.eval()
-    try:
+    _check_beam(beam, getattr(model, "tgt_vocab_size", None))
+    with _eval_mode(model):
         B, K, device = src.shape[0], beam, src.device
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
@@ -196,9 +198,6 @@ def beam_search(
         rows = torch.arange(B, device=device) * K + best
         result = seqs.index_select(0, rows)[:, 1:]
         return (result, normalised.gather(1, best[:, None]).squeeze(1)) if return_scores else result
-    finally:
-        if isinstance(model, nn.Module) and model_was_training:
-            model.train()
 
 
 def _trim(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
@@ -235,8 +234,7 @@ def translate(
     """
     if isinstance(sentences, str):
         raise InputTextError("translate() takes a list of sentences, got one string: wrap it in a list")
-    if not isinstance(beam, int) or beam < 1:
-        raise DecodingError(f"beam size {beam!r} is invalid: use an integer >= 1 (the paper uses 4; 1 is greedy)")
+    _check_beam(beam)
     if device is None:
         p = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
         device = p.device if p is not None else torch.device("cpu")

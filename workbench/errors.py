@@ -43,6 +43,10 @@ class NotebookParameterError(WorkbenchError, ValueError):
     """A misspelt or ill-typed notebook parameter."""
 
 
+class NotebookCopyError(WorkbenchError, FileExistsError):
+    """Copying the notebooks would overwrite files the user has (or the target folder is a file)."""
+
+
 class InterventionError(WorkbenchError, ValueError):
     """A head intervention that cannot be applied: unknown attention kind, layer or head, or missing means."""
 

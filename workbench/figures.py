@@ -201,15 +201,29 @@ def _series(y: Any, n: int, name: str) -> np.ndarray:
     return arr
 
 
+def _query_key_heatmap(z: np.ndarray, q: list[str], k: list[str], title: str | None, max_tokens: int | None,
+                       right: int, min_plot_px: int = 0, **trace: Any) -> tuple[go.Figure, int]:
+    """A figure of one (Tq, Tk) heatmap with square cells, the tokens on its axes (keys across, queries down, first
+    query on top) and each cell's hover naming its two tokens; ``trace`` styles the ``Heatmap``. ``right`` is the
+    margin for the colour bar, ``min_plot_px`` the least height of the plot area. Returns (figure, cell pixels)."""
+    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    Tq, Tk = z.shape
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(Tk)), y=list(range(Tq)), customdata=_hover(q, k), **trace))
+    cell = _cell_px(max(Tq, Tk))
+    left, bottom = _label_px(q), _label_px(k)
+    top = 60 if title else 30
+    fig.update_layout(title=title, width=max(320, left + right + cell * Tk),
+                      height=max(260, top + bottom + max(cell * Tq, min_plot_px)), autosize=False,
+                      margin={"l": left, "r": right, "t": top, "b": bottom}, plot_bgcolor="white")
+    fig.update_xaxes(title_text="key", tickangle=-60, showgrid=False, **_token_axis(k, max_tokens))
+    fig.update_yaxes(title_text="query", autorange="reversed", showgrid=False, **_token_axis(q, max_tokens))
+    return fig, cell
+
+
 # -- attention ----------------------------------------------------------------------------------------------------
-def attention_heatmap(
-    weights: Any,
-    query_tokens: Sequence[str] | None = None,
-    key_tokens: Sequence[str] | None = None,
-    title: str | None = None,
-    max_tokens: int | None = None,
-    zmax: float = 1.0,
-) -> go.Figure:
+def attention_heatmap(weights: Any, query_tokens: Sequence[str] | None = None,
+                      key_tokens: Sequence[str] | None = None, title: str | None = None,
+                      max_tokens: int | None = None, zmax: float = 1.0) -> go.Figure:
     """One head's attention as a heatmap: keys across, queries down (first query on top).
 
     Cells are square. Up to ``max_tokens`` tokens per axis every token labels its row/column; beyond that the
@@ -233,25 +247,14 @@ def attention_heatmap(
     """
     w = _to_numpy(weights)
     _ndim_check(w, (2,), "weights", "one head's (Tq, Tk) weights")
-    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     Tq, Tk = w.shape
     q, k = _labels(query_tokens, Tq, "query_tokens"), _labels(key_tokens, Tk, "key_tokens")
-    fig = go.Figure(go.Heatmap(
-        z=w, x=list(range(Tk)), y=list(range(Tq)), colorscale=COLORSCALE, zmin=0.0, zmax=zmax,
-        customdata=_hover(q, k), hovertemplate=HOVER_TEMPLATE, colorbar={"title": {"text": "weight", "side": "right"}, "thickness": 14},
-    ))
-    cell = _cell_px(max(Tq, Tk))
-    left, bottom = _label_px(q), _label_px(k)
-    top, right = (60 if title else 30), 100
-    width = max(320, left + right + cell * Tk)
-    height = max(260, top + bottom + max(cell * Tq, 2 * MIN_CELL_PX))
-    fig.update_layout(title=title, width=width, height=height, autosize=False,
-                      margin={"l": left, "r": right, "t": top, "b": bottom}, plot_bgcolor="white")
+    fig, cell = _query_key_heatmap(
+        w, q, k, title, max_tokens, right=100, min_plot_px=2 * MIN_CELL_PX, colorscale=COLORSCALE, zmin=0.0,
+        zmax=zmax, hovertemplate=HOVER_TEMPLATE, colorbar={"title": {"text": "weight", "side": "right"}, "thickness": 14})
     tick_font = {"size": 11 if cell >= 16 else 10}
-    fig.update_xaxes(title_text="key", side="bottom", tickangle=-60, tickfont=tick_font, showgrid=False,
-                     **_token_axis(k, max_tokens))
-    fig.update_yaxes(title_text="query", autorange="reversed", tickfont=tick_font, showgrid=False,
-                     **_token_axis(q, max_tokens))
+    fig.update_xaxes(side="bottom", tickfont=tick_font)
+    fig.update_yaxes(tickfont=tick_font)
     return fig
 
 
@@ -487,13 +490,8 @@ def distance_matrix_figure(dist: Any, annotate: bool | None = None,
     return fig
 
 
-def mask_figure(
-    mask: Any,
-    query_tokens: Sequence[str] | None = None,
-    key_tokens: Sequence[str] | None = None,
-    title: str | None = None,
-    max_tokens: int | None = None,
-) -> go.Figure:
+def mask_figure(mask: Any, query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None,
+                title: str | None = None, max_tokens: int | None = None) -> go.Figure:
     """A boolean attention mask as a grid: blue = may attend (True, the SDPA convention), grey = blocked.
 
     Leading dimensions are indexed at 0 (the first item of a batch); a (1, Tk) or (Tk,) padding row is repeated
@@ -508,30 +506,17 @@ def mask_figure(
     m = _mask_2d(mask, None if query_tokens is None else len(list(query_tokens)))
     Tq, Tk = m.shape
     q, k = _labels(query_tokens, Tq, "query_tokens"), _labels(key_tokens, Tk, "key_tokens")
-    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    fig = go.Figure(go.Heatmap(
-        z=m, x=list(range(Tk)), y=list(range(Tq)), zmin=0, zmax=1, colorscale=MASK_COLORS, xgap=1, ygap=1,
-        customdata=_hover(q, k), hovertemplate="%{customdata}<br>may attend: %{z}<extra></extra>",
+    fig, _ = _query_key_heatmap(
+        m, q, k, title, max_tokens, right=130, zmin=0, zmax=1, colorscale=MASK_COLORS, xgap=1, ygap=1,
+        hovertemplate="%{customdata}<br>may attend: %{z}<extra></extra>",
         colorbar={"tickmode": "array", "tickvals": [0.25, 0.75], "ticktext": ["blocked", "may attend"],
-                  "thickness": 14, "len": 0.4},
-    ))
-    cell = _cell_px(max(Tq, Tk))
-    left, bottom = _label_px(q), _label_px(k)
-    top = 60 if title else 30
-    fig.update_layout(title=title, width=max(320, left + 130 + cell * Tk), height=max(260, top + bottom + cell * Tq),
-                      autosize=False, margin={"l": left, "r": 130, "t": top, "b": bottom}, plot_bgcolor="white")
-    fig.update_xaxes(title_text="key", tickangle=-60, showgrid=False, **_token_axis(k, max_tokens))
-    fig.update_yaxes(title_text="query", autorange="reversed", showgrid=False, **_token_axis(q, max_tokens))
+                  "thickness": 14, "len": 0.4})
     return fig
 
 
-def masks_side_by_side(
-    masks: Mapping[str, Any],
-    query_tokens: Sequence[str] | None = None,
-    key_tokens: Sequence[str] | None = None,
-    title: str | None = None,
-    cell_px: int | None = None,
-) -> go.Figure:
+def masks_side_by_side(masks: Mapping[str, Any], query_tokens: Sequence[str] | None = None,
+                       key_tokens: Sequence[str] | None = None, title: str | None = None,
+                       cell_px: int | None = None) -> go.Figure:
     """Several masks next to each other (e.g. padding, causal, combined), one subplot each, same colours.
 
     Each mask is reduced as in :func:`mask_figure`; ``query_tokens``/``key_tokens`` label every subplot.

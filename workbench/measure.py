@@ -1,6 +1,9 @@
-"""Measurement probes shared by the notebooks and Table 1: wall-clock time, counted FLOPs, peak tensor memory.
+"""Measurement probes shared by the notebooks, Table 1 and the benchmark: wall-clock time, counted FLOPs, peak memory.
 
 * :func:`median_seconds`: the median of repeated timed calls after warm-up (device work included on CUDA);
+  :func:`call_seconds`, each call's time (the benchmark races rivals call by call with it);
+* :func:`peak_memory`: how far the process's memory rose while a function ran (CUDA allocator, or the resident
+  set's high-water mark on Linux), as the benchmark reports it;
 * :func:`counted_flops`: the FLOPs PyTorch's ``FlopCounterMode`` sees while a function runs (matrix products,
   convolutions, attention kernels; element-wise operations are not counted);
 * :func:`peak_tensor_bytes`: the peak bytes of the tensors a function creates, measured by intercepting every
@@ -28,22 +31,67 @@ def _sync(device: torch.device | str | None) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1,
-                   device: torch.device | str | None = None) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed calls.
+def call_seconds(fn: Callable[[], Any], repeats: int = 1, device: torch.device | str | None = None) -> list[float]:
+    """Wall-clock seconds of each of ``repeats`` calls of ``fn()`` (no warm-up).
 
     On a CUDA ``device`` each call is bracketed by synchronisations, so the time includes the queued GPU work.
     """
-    for _ in range(warmup):
-        fn()
     times = []
-    for _ in range(max(1, repeats)):
+    for _ in range(repeats):
         _sync(device)
         t0 = time.perf_counter()
         fn()
         _sync(device)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1,
+                   device: torch.device | str | None = None) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed calls
+    (device work included, as in :func:`call_seconds`)."""
+    for _ in range(warmup):
+        fn()
+    return statistics.median(call_seconds(fn, max(1, repeats), device))
+
+
+def _proc_status_bytes(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in bytes; None where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory(fn: Callable[[], Any], device: torch.device | str) -> int | None:
+    """Bytes by which the memory in use rose above its level before ``fn()`` at its peak while it ran.
+
+    On CUDA the caching allocator's statistics (``torch.cuda.max_memory_allocated``); on Linux CPUs the growth of
+    the process's resident-set high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``) over the
+    resident set before the call. None where neither can be read. Unlike :func:`peak_tensor_bytes` it counts
+    everything the process allocates (workspaces, allocator caches), as a benchmark reports it.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak resident set size (VmHWM) to the current one
+    except OSError:
+        return None
+    before = _proc_status_bytes("VmRSS")
+    fn()
+    peak = _proc_status_bytes("VmHWM")
+    return None if before is None or peak is None else max(peak - before, 0)
 
 
 def counted_flops(fn: Callable[[], Any]) -> int:

@@ -1,5 +1,9 @@
 """Run the teaching notebooks headless: parameter checks, papermill execution, HTML reports and an index page.
 
+The notebooks are edited in the repository's ``notebooks/`` folder and ship inside the package (the wheel's
+``workbench/notebook_files/``): a source checkout runs its own folder, an installed package the shipped copy, and
+:func:`copy_notebooks` (``workbench notebooks copy DIR``) puts editable copies where the user wants them.
+
 Each notebook runs with its own output folder as working directory, so the ``metrics.json`` it writes lands
 next to its executed copy::
 
@@ -29,13 +33,14 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import NotebookParameterError
+from .errors import NotebookCopyError, NotebookParameterError
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +59,37 @@ QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
 # -- where the notebooks are ------------------------------------------------------------------------------------
+PACKAGED_DIR = "notebook_files"  # the copy inside the installed package (pyproject.toml maps notebooks/ there)
+
+
+def packaged_notebooks_dir() -> Path:
+    """The notebooks that ship inside the package (``workbench/notebook_files/`` of the wheel).
+
+    In the repository the notebooks live in ``notebooks/`` (where they are edited); the wheel carries that folder
+    as ``workbench/notebook_files/``, so an installed package runs them without the source tree.
+    """
+    return Path(__file__).resolve().parent / PACKAGED_DIR
+
+
+def _checkout_notebooks_dir(package_file: str | Path = __file__) -> Path | None:
+    """``notebooks/`` of the source checkout the package runs from (editable install or PYTHONPATH), else None
+    (a plain ``pip install``: the package sits in site-packages, where no ``pyproject.toml`` stands beside it).
+
+    ``package_file`` is a module of the package (this one by default)."""
+    root = Path(package_file).resolve().parents[1]
+    folder = root / "notebooks"
+    return folder if (root / "pyproject.toml").is_file() and folder.is_dir() else None
+
+
 def notebooks_dir(directory: str | Path | None = None) -> Path:
-    """The notebook folder: ``directory`` if given, else ``$WORKBENCH_NOTEBOOKS``, else ``notebooks/`` at the
-    root of the source checkout (next to the ``workbench`` package)."""
+    """The notebook folder: ``directory`` if given, else ``$WORKBENCH_NOTEBOOKS``, else ``notebooks/`` of the
+    source checkout when the package runs from one, else the copy shipped inside the installed package
+    (:func:`packaged_notebooks_dir`)."""
     if directory is not None:
         return Path(directory).expanduser()
     if os.environ.get(ENV_VAR):
         return Path(os.environ[ENV_VAR]).expanduser()
-    return Path(__file__).resolve().parents[1] / "notebooks"
+    return _checkout_notebooks_dir() or packaged_notebooks_dir()
 
 
 def list_notebooks(directory: str | Path | None = None) -> list[Path]:
@@ -100,6 +128,50 @@ def select_notebooks(notebooks: Sequence[Path], only: str | Sequence[str] | None
             )
         chosen += [p for p in hits if p not in chosen]
     return sorted(chosen)
+
+
+def copy_notebooks(
+    target: str | Path,
+    only: str | Sequence[str] | None = None,
+    force: bool = False,
+    directory: str | Path | None = None,
+) -> list[Path]:
+    """Copy the numbered notebooks into ``target`` for editing: each ``NN_name.ipynb`` with its paired jupytext
+    ``NN_name.py`` (so an edit in JupyterLab keeps both in step where jupytext is installed).
+
+    Args:
+        target: the folder to copy into (created if missing).
+        only: notebook numbers or names to copy (default: all), as in :func:`select_notebooks`.
+        force: overwrite files of the same names already in ``target``.
+        directory: where to copy from (default: see :func:`notebooks_dir`).
+
+    Returns:
+        The files written, in order.
+
+    Raises:
+        NotebookCopyError: ``target`` already holds one of the files (nothing is copied) and ``force`` is
+            False, or ``target`` is a file.
+        NotebookParameterError: no notebook to copy, or an ``only`` that matches none.
+    """
+    sources = [f for nb in select_notebooks(list_notebooks(directory), only)
+               for f in (nb, nb.with_suffix(".py")) if f.is_file()]
+    folder = Path(target).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotebookCopyError(f"{folder} is a file, not a folder: give a folder to copy the notebooks into")
+    clashes = [folder / f.name for f in sources if (folder / f.name).exists()]
+    if clashes and not force:
+        names = ", ".join(p.name for p in clashes[:4]) + (f" and {len(clashes) - 4} more" if len(clashes) > 4 else "")
+        raise NotebookCopyError(
+            f"{folder} already holds {names}: nothing was copied. Pass --force (force=True) to overwrite them, "
+            "or copy into another folder"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in sources:
+        # contents only: an installed package's files may be read-only, the user's copies must not be
+        shutil.copyfile(f, folder / f.name)
+        written.append(folder / f.name)
+    return written
 
 
 # -- parameters -------------------------------------------------------------------------------------------------

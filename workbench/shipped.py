@@ -14,7 +14,6 @@ Loading checks every file's SHA-256 against ``card.json`` first and refuses a ch
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .data import sha256 as sha256_file  # one SHA-256 reader for data files and shipped models
 from .errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,6 @@ def list_pretrained(root: str | Path | None = None) -> list[str]:
 def is_pretrained_name(spec: str | Path, root: str | Path | None = None) -> bool:
     """True when ``spec`` names a shipped model and is not also a path on disk."""
     return isinstance(spec, str) and not Path(spec).exists() and spec in list_pretrained(root)
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def model_dir(name: str, root: str | Path | None = None) -> Path:
