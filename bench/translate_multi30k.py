@@ -4,8 +4,11 @@
 
 The defaults are the README's "benchmarked CPU recipe", and training runs through the same command:
 
-    workbench train --preset small --src de --tgt en --out runs/small --max-minutes 41 --epochs 1000 \
+    workbench train --preset small --src de --tgt en --out runs/small --max-minutes 41 \
         --max-tokens 3072 --warmup 800 --lr-factor 1.0 --checkpoint-every 150
+
+(no epoch limit: the time budget ends the run). The run is a :class:`workbench.config.RunConfig` (:func:`run_config`),
+and its command line is made from it (:func:`workbench.cli.run_argv`).
 
 Readout, validation first, test once: the last checkpoint and the average of the last 5 are both decoded on the
 validation split (beam 4); the one with the higher validation sacreBLEU is then decoded once on
@@ -35,19 +38,21 @@ BEAM = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workbench.config import PRESETS, RunConfig
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", default="transformer", choices=["transformer", "rnn"])
-    ap.add_argument("--preset", default="small")
+    ap.add_argument("--arch", default=RunConfig.arch, choices=RunConfig.choices()["arch"])
+    ap.add_argument("--preset", default="small", choices=list(PRESETS))
     ap.add_argument("--minutes", type=float, default=41.0, help="training budget (evaluation comes on top)")
     ap.add_argument("--out", default="runs/bench-small")
-    ap.add_argument("--src", default="de")
-    ap.add_argument("--tgt", default="en")
-    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--src", default=RunConfig.src)
+    ap.add_argument("--tgt", default=RunConfig.tgt)
+    ap.add_argument("--vocab-size", type=int, default=RunConfig.vocab_size)
     ap.add_argument("--max-tokens", type=int, default=3072)
     ap.add_argument("--lr-factor", type=float, default=1.0)
     ap.add_argument("--warmup", type=int, default=800)
     ap.add_argument("--checkpoint-every", type=int, default=150)
-    ap.add_argument("--epochs", type=int, default=1000, help="an upper bound: the time budget ends the run")
+    ap.add_argument("--epochs", type=int, default=None, help="an epoch limit (default: none, the time budget ends the run)")
     ap.add_argument("--skip-train", action="store_true", help="only evaluate the run already in --out")
     ap.add_argument("--full", action="store_true", help="also decode greedily (validation only)")
     ap.add_argument("--data-dir", default=None)
@@ -55,13 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def run_config(args: argparse.Namespace) -> Any:
+    """The training run this benchmark makes (a :class:`workbench.config.RunConfig`)."""
+    from workbench.config import RunConfig
+
+    return RunConfig.from_flat(arch=args.arch, preset=args.preset, src=args.src, tgt=args.tgt, data_dir=args.data_dir,
+                               vocab_size=args.vocab_size, max_minutes=args.minutes, epochs=args.epochs,
+                               max_tokens=args.max_tokens, warmup_steps=args.warmup, lr_factor=args.lr_factor,
+                               checkpoint_every=args.checkpoint_every)
+
+
 def train_argv(args: argparse.Namespace) -> list[str]:
-    """The ``workbench train`` command line this benchmark runs."""
-    argv = ["train", "--arch", args.arch, "--preset", args.preset, "--src", args.src, "--tgt", args.tgt,
-            "--out", str(args.out), "--max-minutes", f"{args.minutes:g}", "--epochs", str(args.epochs),
-            "--max-tokens", str(args.max_tokens), "--warmup", str(args.warmup), "--lr-factor", f"{args.lr_factor:g}",
-            "--checkpoint-every", str(args.checkpoint_every), "--vocab-size", str(args.vocab_size)]
-    return argv + (["--data-dir", args.data_dir] if args.data_dir else [])
+    """The ``workbench train`` command line this benchmark runs: its :func:`run_config`, into ``--out``."""
+    from workbench.cli import run_argv
+
+    return ["train", "--out", str(args.out), *run_argv(run_config(args))]
 
 
 def readout(out: Path, data_dir: str | None = None, full: bool = False,

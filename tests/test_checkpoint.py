@@ -177,3 +177,31 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_checkpoints_and_pipeline_choose_the_architecture_through_the_registry(tmp_path, monkeypatch):
+    """A new architecture added to workbench/registry.py alone is saved under its name, rebuilt as its own class
+    by load_model, built by the pipeline and accepted by a RunConfig: nothing else chooses by class or name."""
+    from workbench import registry
+    from workbench.config import ModelConfig, RunConfig
+    from workbench.model import Transformer
+    from workbench.pipeline import build_translator
+
+    class Wide(Transformer):
+        pass
+
+    def build_wide(cfg, src_vocab_size, tgt_vocab_size, pad_id=0):
+        return Wide(cfg, src_vocab_size, tgt_vocab_size, pad_id)
+
+    real = registry._registry()
+    wide = registry.Architecture("wide", ModelConfig, build_wide, Wide, lambda name, **kw: preset(name, **kw))
+    monkeypatch.setattr(registry, "_registry", lambda: {"wide": wide, **real})  # first: a Wide is a Transformer too
+
+    tok = WordTokenizer.train([("a b c", "c b a")])
+    model = build_translator("wide", "tiny", tok.src_vocab_size, tok.pad_id)
+    assert type(model) is Wide
+    path = save_checkpoint(tmp_path / "w.pt", model, tok)
+    assert load_checkpoint(path)["arch"] == "wide"
+    again, _, _ = load_model(path)
+    assert type(again) is Wide
+    assert RunConfig.from_flat(arch="wide", epochs=1).arch == "wide"

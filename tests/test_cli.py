@@ -50,6 +50,67 @@ def test_train_translate_evaluate_average(tmp_path, capsys, multi30k_dir):
     assert (tmp_path / "run" / "averaged.test_2016_flickr.beam2.en.txt").exists()
 
 
+def _train_parser():
+    from workbench.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices["train"]
+
+
+def test_train_options_are_the_run_config_fields():
+    """Every field of RunConfig and TrainConfig is a `train` option with the field's comment as its help and the
+    field's default; preset and architecture choices come from the preset table and the registry."""
+    from workbench.config import PRESETS, RunConfig, TrainConfig, field_docs
+    from workbench.registry import architectures
+
+    docs = {**field_docs(RunConfig), **field_docs(TrainConfig)}
+    fields = {f.name: f for f in RunConfig.flat_fields()}
+    options = {a.dest: a for a in _train_parser()._actions if a.dest in fields}
+    assert options.keys() == fields.keys()
+    for name, action in options.items():
+        assert docs[name][1], f"{name} has no comment"
+        assert docs[name][1].replace("%", "%%") in action.help
+        assert action.default == fields[name].default, name
+    assert options["preset"].choices == list(PRESETS) and options["arch"].choices == architectures()
+    assert options["epochs"].default is None  # no epoch limit unless asked
+    assert "--warmup" in options["warmup_steps"].option_strings  # the README's and the cards' spelling
+
+
+def test_train_without_a_budget_is_refused_in_one_line(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "run"), "--preset", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a budget" in err and "--max-minutes" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_run_argv_gives_back_the_run():
+    from workbench.cli import run_argv, run_config_from_args
+    from workbench.config import RunConfig
+
+    run = RunConfig.from_flat(arch="rnn", preset="tiny", limit=30, train_src="a.de", train_tgt="a.en", vocab_size=500,
+                              max_minutes=2.5, warmup_steps=80, amp=False, compile=True, grad_clip=None, patience=3)
+    args = _train_parser().parse_args(["--out", "x", *run_argv(run)])
+    assert run_config_from_args(args) == run
+    assert run_argv(run)[:2] == ["--src", "de"]  # the run's own settings are spelt out even at their defaults
+
+
+def test_shipped_cards_train_commands_still_parse():
+    """`workbench pretrained reproduce` runs the command on each card: it must still give the card's run."""
+    import shlex
+
+    from workbench import shipped
+    from workbench.cli import run_config_from_args
+
+    for name in shipped.list_pretrained():
+        card = shipped.read_card(name)
+        argv = shlex.split(card["reproduce"]["train"])
+        argv = argv[argv.index("train") + 1:]
+        run = run_config_from_args(_train_parser().parse_args(argv))
+        assert run.arch == card["arch"]
+        assert run.train.warmup_steps == int(argv[argv.index("--warmup") + 1])
+        assert run.train.max_minutes == float(argv[argv.index("--max-minutes") + 1])
+
+
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert main(["translate", "--checkpoint", str(tmp_path / "missing.pt"), "hallo"]) == 2
     err = capsys.readouterr().err

@@ -205,3 +205,16 @@ def test_step_budget_stops_at_that_step_whatever_the_speed(tmp_path):
     assert steps_resumed == [] and h_resumed.stopped_reason == "max steps"
     with pytest.raises(ConfigError, match="max_steps"):
         TrainConfig(max_steps=0)
+
+
+def test_no_epoch_limit_trains_until_the_step_budget(tmp_path):
+    """epochs=None: no epoch limit; the step budget ends the run, several epochs in."""
+    from workbench.checkpoint import load_checkpoint
+
+    model, tok, train, val, cfg = _copy_setup()
+    cfg = TrainConfig(**{**cfg.__dict__, "epochs": None, "max_steps": 12})
+    epochs = []
+    h = fit(model, tok, train[:400], val[:20], cfg, out_dir=tmp_path,
+            callbacks={"on_epoch_end": lambda epoch, _: epochs.append(epoch)})
+    assert h.stopped_reason == "max steps" and load_checkpoint(tmp_path / "last.pt")["step"] == 12
+    assert len(h.train_loss) == len(epochs) >= 2  # a step budget longer than one epoch

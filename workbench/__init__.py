@@ -7,7 +7,7 @@ from .attention import KVCache, MultiHeadAttention, attention_weights, scaled_do
 from .attribution import Attribution, attribute, measure_agreement
 from .capture import AttentionCache, capture_attention, hooks_remaining
 from .checkpoint import load_model  # noqa: E402
-from .config import PRESETS, ModelConfig, TrainConfig, preset
+from .config import PRESETS, ModelConfig, RunConfig, TrainConfig, preset
 from .decode import translate  # noqa: E402
 from .errors import (
     AttributionError,
@@ -62,6 +62,7 @@ __all__ = [
     "PretrainedError",
     "RNNConfig",
     "RNNSeq2Seq",
+    "RunConfig",
     "TrainConfig",
     "TrainingError",
     "Transformer",

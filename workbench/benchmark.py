@@ -445,27 +445,33 @@ def padding_fractions(tokenizer: Any, pairs: list[tuple[str, str]], max_tokens: 
 
 def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
     """End-to-end training tokens/s on Multi30k batches through ``fit`` (one pass over a slice of the train split)."""
+    from workbench.config import RunConfig
     from workbench.data import load_multi30k
     from workbench.errors import DataError
     from workbench.tokenizer import SubwordTokenizer
     from workbench.train import fit
 
+    run = RunConfig.from_flat(
+        limit=600 if quick else (None if device.type == "cuda" else 4000),
+        vocab_size=2000 if quick else 8000,
+        preset="tiny" if quick else ("base" if device.type == "cuda" else "small"),
+        epochs=1, max_tokens=3072 if device.type == "cpu" else 16384, eval_bleu=False, device=str(device),
+        log_every=10**9,
+    )
     try:
-        train = load_multi30k("train", "de", "en")
+        train = load_multi30k("train", run.src, run.tgt)
     except DataError as exc:
         return {"skipped": f"Multi30k not available: {exc}"}
-    n = 600 if quick else (len(train) if device.type == "cuda" else 4000)
-    pairs = list(train)[:n]
-    tokenizer = SubwordTokenizer.train(pairs, vocab_size=2000 if quick else 8000, joint=True)
-    name = "tiny" if quick else ("base" if device.type == "cuda" else "small")
+    pairs = list(train)[: run.limit]
+    tokenizer = SubwordTokenizer.train(pairs, vocab_size=run.vocab_size, joint=True)
     torch.manual_seed(0)
-    model = wb.build_model(wb.preset(name), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.pad_id)
-    cfg = wb.TrainConfig(epochs=1, max_tokens=3072 if device.type == "cpu" else 16384, eval_bleu=False,
-                         device=str(device), log_every=10**9)
+    # the preset as it is (separate source and target embeddings), not build_translator's tied one
+    model = wb.build_model(wb.preset(run.preset), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.pad_id)
+    cfg = run.train
     history = fit(model, tokenizer, pairs, pairs[:64], cfg)
     return {
-        "preset": name,
-        "pairs": n,
+        "preset": run.preset,
+        "pairs": len(pairs),
         "max_tokens": cfg.max_tokens,
         **padding_fractions(tokenizer, pairs, cfg.max_tokens),
         "tokens_per_s": history.tokens_per_s[-1],

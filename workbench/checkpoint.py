@@ -129,11 +129,12 @@ def save_checkpoint(
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from .registry import architecture_of
+
     model = _unwrap(model)
-    arch = "rnn" if type(model).__name__ == "RNNSeq2Seq" else "transformer"
     state = {
         "format": FORMAT,
-        "arch": arch,
+        "arch": architecture_of(model),
         "model_cfg": dataclasses.asdict(model.cfg),
         "src_vocab_size": model.src_vocab_size,
         "tgt_vocab_size": model.tgt_vocab_size,
@@ -187,16 +188,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def build_from_checkpoint(state: dict[str, Any]) -> nn.Module:
-    """An untrained model of the checkpoint's architecture and config."""
-    from .config import ModelConfig
-    from .model import build_model
-    from .rnn import RNNConfig, build_rnn
+    """An untrained model of the checkpoint's architecture and config (chosen in :mod:`workbench.registry`)."""
+    from .registry import build_from_config
 
-    if state["arch"] == "transformer":
-        return build_model(ModelConfig.from_dict(state["model_cfg"]), state["src_vocab_size"], state["tgt_vocab_size"], state["pad_id"])
-    if state["arch"] == "rnn":
-        return build_rnn(RNNConfig(**state["model_cfg"]), state["src_vocab_size"], state["tgt_vocab_size"], state["pad_id"])
-    raise CheckpointError(f"unknown architecture {state['arch']!r} in checkpoint: expected 'transformer' or 'rnn'")
+    return build_from_config(state["arch"], state["model_cfg"], state["src_vocab_size"], state["tgt_vocab_size"],
+                             state["pad_id"])
 
 
 def load_state(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str = "checkpoint") -> None:

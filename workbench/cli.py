@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .errors import WorkbenchError
 
@@ -64,34 +65,9 @@ def _init_distributed() -> bool:
 def cmd_train(args: argparse.Namespace) -> int:
     from .pipeline import train_translation
 
+    run = run_config_from_args(args)  # validated before any process group is joined
     distributed = _init_distributed()
-
-    summary = train_translation(
-        preset_name=args.preset,
-        src=args.src,
-        tgt=args.tgt,
-        out_dir=Path(args.out),
-        arch=args.arch,
-        epochs=args.epochs,
-        max_minutes=args.max_minutes,
-        max_steps=args.max_steps,
-        data_dir=args.data_dir,
-        vocab_size=args.vocab_size,
-        max_tokens=args.max_tokens,
-        limit=args.limit,
-        seed=args.seed,
-        device=args.device,
-        resume=args.resume,
-        lr_factor=args.lr_factor,
-        warmup_steps=args.warmup,
-        compile=args.compile,
-        train_src=args.train_src,
-        train_tgt=args.train_tgt,
-        val_src=args.val_src,
-        val_tgt=args.val_tgt,
-        accum_steps=args.accum_steps,
-        checkpoint_every=args.checkpoint_every,
-    )
+    summary = train_translation(run, out_dir=Path(args.out), resume=args.resume)
     if distributed:
         import torch.distributed as dist
 
@@ -259,44 +235,102 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------------------------
+# Older spellings of run options, kept because commands in the README and the shipped models' cards use them.
+OPTION_ALIASES = {"warmup_steps": ["--warmup"]}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _optional(kind: type) -> Any:
+    """An argparse type for an ``X | None`` field: ``none`` gives None, anything else ``kind(text)``."""
+    def convert(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    convert.__name__ = f"{kind.__name__} or none"
+    return convert
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """One option per field of :class:`~workbench.config.RunConfig` and of its :class:`~workbench.config.TrainConfig`,
+    grouped as the classes are; help text, type, default and choices all come from the dataclasses."""
+    import types
+    import typing
+
+    from .config import RunConfig, TrainConfig, field_docs
+
+    docs = {**field_docs(RunConfig), **{k: ("training", v[1]) for k, v in field_docs(TrainConfig).items()}}
+    hints = {**typing.get_type_hints(RunConfig), **typing.get_type_hints(TrainConfig)}
+    choices = RunConfig.choices()
+    defaults = {f.name: f.default for f in RunConfig.flat_fields()}  # (RunConfig() itself has no budget)
+    groups: dict[str, Any] = {}
+    for f in RunConfig.flat_fields():
+        section, comment = docs.get(f.name, ("", ""))
+        group = groups.setdefault(section, parser.add_argument_group(section) if section else parser)
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        optional = isinstance(hint, types.UnionType) and type(None) in args
+        kind = next(a for a in args if a is not type(None)) if optional else hint
+        kw: dict[str, Any] = {"default": defaults[f.name], "dest": f.name,
+                              "help": comment.replace("%", "%%") + " (default: %(default)s)"}
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = _optional(kind) if optional else kind
+            kw["metavar"] = "NAME" if f.name in choices else f.name.upper()
+        if f.name in choices:
+            kw["choices"] = choices[f.name]
+        group.add_argument(_option(f.name), *OPTION_ALIASES.get(f.name, []), **kw)
+
+
+def run_config_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~workbench.config.RunConfig` that the options of :func:`add_run_options` describe (validated)."""
+    from .config import RunConfig
+
+    return RunConfig.from_flat(**{f.name: getattr(args, f.name) for f in RunConfig.flat_fields()})
+
+
+def run_argv(run: Any) -> list[str]:
+    """The options that give ``run`` (a :class:`~workbench.config.RunConfig`) on the command line: the data,
+    tokenizer and model settings that are set, and every field that differs from its default."""
+    import dataclasses
+
+    from .config import RunConfig
+
+    own = {f.name for f in dataclasses.fields(RunConfig)} - {"train"}
+    defaults = {f.name: f.default for f in RunConfig.flat_fields()}
+    argv: list[str] = []
+    for name, value in run.to_flat().items():
+        if value == defaults[name] and (name not in own or value is None):
+            continue
+        if isinstance(value, bool):
+            argv.append(_option(name) if value else "--no-" + _option(name)[2:])
+        else:
+            argv += [_option(name), "none" if value is None else str(value)]
+    return argv
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    from .config import PRESETS, RunConfig
+
     p = sub.add_parser("info", help="build a model from a preset and print its summary")
-    p.add_argument("--preset", default="small", choices=["tiny", "small", "base", "big"])
-    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--preset", default=RunConfig.preset, choices=list(PRESETS))
+    p.add_argument("--vocab-size", type=int, default=RunConfig.vocab_size)
     p.add_argument("--device", default="auto")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("train", help="train a translator on Multi30k (or your own parallel text)")
-    p.add_argument("--preset", default="small", choices=["tiny", "small", "base", "big"])
-    p.add_argument("--arch", default="transformer", choices=["transformer", "rnn"])
-    p.add_argument("--src", default="de", help="source language (Multi30k: en de fr cs)")
-    p.add_argument("--tgt", default="en", help="target language")
+    p = sub.add_parser("train", help="train a translator on Multi30k (or your own parallel text)",
+                       description="Train a translator. The options are the fields of workbench.config.RunConfig "
+                                   "and TrainConfig. Give a budget: --epochs, --max-steps or --max-minutes (the "
+                                   "first one reached stops the run; there is no epoch limit unless --epochs is given).")
     p.add_argument("--out", required=True, help="run folder for checkpoints, tokenizer and history")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--max-steps", type=int, default=None,
-                   help="optimizer-step budget (the same model on every machine; default: no limit)")
-    p.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget for training")
-    p.add_argument("--data-dir", default=None, help="local Multi30k folder (else $WORKBENCH_MULTI30K or the cache)")
-    p.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary size")
-    p.add_argument("--max-tokens", type=int, default=4096, help="token budget per batch")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N training pairs")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.add_argument("--lr-factor", type=float, default=None, help="scale of the warm-up schedule")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up steps")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--accum-steps", type=int, default=1, help="micro-batches accumulated per optimizer step")
-    p.add_argument("--checkpoint-every", type=int, default=None,
-                   help="also snapshot every N optimizer steps, for `workbench average` (default: at epoch ends only)")
-    p.add_argument("--train-src", default=None, help="your own training source file (one sentence a line)")
-    p.add_argument("--train-tgt", default=None, help="your own training target file, aligned with --train-src")
-    p.add_argument("--val-src", default=None, help="your own validation source file")
-    p.add_argument("--val-tgt", default=None, help="your own validation target file")
+    add_run_options(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("translate", help="translate sentences given as arguments, or one a line on stdin")

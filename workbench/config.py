@@ -1,4 +1,5 @@
-"""Frozen configurations and the paper's presets.
+"""Frozen configurations and the paper's presets: the model (:class:`ModelConfig`), the training recipe
+(:class:`TrainConfig`) and a whole training run (:class:`RunConfig`: data, tokenizer, model, recipe).
 
 Variants are made with :func:`dataclasses.replace`; checkpoints store ``dataclasses.asdict(cfg)``.
 ``__post_init__`` only validates: it never seeds or touches global state.
@@ -118,7 +119,7 @@ class TrainConfig:
     """The training recipe (paper section 5)."""
 
     max_tokens: int = 4096  # token budget per batch (source + target tokens, before padding)
-    epochs: int = 10  # passes over the training data (a step or time budget may stop earlier)
+    epochs: int | None = None  # passes over the training data; None: no epoch limit (steps or minutes end the run)
     max_steps: int | None = None  # optimizer-step budget (the same on every machine); None for no limit
     max_minutes: float | None = None  # wall-clock budget for training; None for no limit
     lr_factor: float = 1.0  # multiplies the warm-up schedule d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
@@ -142,7 +143,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
-        _check(self.epochs > 0, "epochs", self.epochs, "use a positive number of epochs")
+        _check(self.epochs is None or self.epochs > 0, "epochs", self.epochs,
+               "use a positive number of epochs, or None for no epoch limit")
         _check(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "use 1 or more, or None for no limit")
         _check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", self.max_minutes, "use a positive number or None")
         _check(self.lr_factor > 0, "lr_factor", self.lr_factor, "use a positive factor (the paper uses 1.0)")
@@ -156,3 +158,107 @@ class TrainConfig:
         _check(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
         _check(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
         _check(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")
+
+    def check_budget(self) -> None:
+        """Refuse a run that nothing would end. ``TrainConfig()`` itself is a valid recipe (its epochs default to
+        no limit); :func:`~workbench.train.fit` and :class:`RunConfig` call this before any training."""
+        if self.epochs is None and self.max_steps is None and self.max_minutes is None:
+            raise ConfigError("training needs a budget, or nothing would end it: set epochs (--epochs N), max_steps "
+                              "(--max-steps N) or max_minutes (--max-minutes M); the first one reached stops the run")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run of a translator, everything ``workbench train`` takes: data, tokenizer, model and recipe.
+
+    The command's options are made from these fields and :class:`TrainConfig`'s (help text: the comment on each
+    field); :func:`workbench.pipeline.train_translation` takes the dataclass as is. A run needs a budget (see
+    :meth:`TrainConfig.check_budget`): epochs, optimizer steps or minutes.
+    """
+
+    # data
+    src: str = "de"  # source language (Multi30k: en de fr cs)
+    tgt: str = "en"  # target language
+    data_dir: str | None = None  # local Multi30k folder (None: $WORKBENCH_MULTI30K or the download cache)
+    limit: int | None = None  # use only the first N training pairs (None: all)
+    train_src: str | None = None  # your own training source file (one sentence a line), instead of Multi30k
+    train_tgt: str | None = None  # your own training target file, aligned with train_src
+    val_src: str | None = None  # your own validation source file
+    val_tgt: str | None = None  # your own validation target file, aligned with val_src
+    # tokenizer
+    vocab_size: int = 8000  # joint BPE vocabulary size (one vocabulary for source and target)
+    # model
+    arch: str = "transformer"  # architecture, a name of workbench/registry.py ("rnn": the GRU baseline)
+    preset: str = "small"  # model size, a name of config.PRESETS (the GRU takes its width, dropout and max_len)
+    # training
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)  # the training recipe and its budget
+
+    def __post_init__(self) -> None:
+        for name in ("src", "tgt"):
+            value = getattr(self, name)
+            _check(isinstance(value, str) and value != "", name, value, "name a language, such as 'de' or 'en'")
+        _check(self.limit is None or (isinstance(self.limit, int) and self.limit >= 1), "limit", self.limit,
+               "use 1 or more pairs, or None for all")
+        for side in ("train", "val"):
+            src_file, tgt_file = getattr(self, f"{side}_src"), getattr(self, f"{side}_tgt")
+            _check((src_file is None) == (tgt_file is None), f"{side}_src/{side}_tgt", (src_file, tgt_file),
+                   "give both the source and the target file of your own parallel data, or neither")
+        _check(isinstance(self.vocab_size, int) and self.vocab_size > 0, "vocab_size", self.vocab_size,
+               "use a positive vocabulary size such as 8000")
+        for name, allowed in self.choices().items():
+            _check(getattr(self, name) in allowed, name, getattr(self, name), f"choose one of {allowed}")
+        _check(isinstance(self.train, TrainConfig), "train", type(self.train).__name__, "pass a TrainConfig")
+        self.train.check_budget()
+
+    @staticmethod
+    def choices() -> dict[str, list[str]]:
+        """The allowed values of the fields that have a fixed set: the architectures and the presets."""
+        from .registry import architectures
+
+        return {"arch": architectures(), "preset": list(PRESETS)}
+
+    @classmethod
+    def flat_fields(cls) -> list[dataclasses.Field]:
+        """The run's own fields, then :class:`TrainConfig`'s: the one flat namespace of the command line."""
+        return [f for f in dataclasses.fields(cls) if f.name != "train"] + list(dataclasses.fields(TrainConfig))
+
+    @classmethod
+    def from_flat(cls, **values: Any) -> RunConfig:
+        """A run from flat names (the run's fields and :class:`TrainConfig`'s); the ones not given keep their
+        defaults."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"train"}
+        recipe = {f.name for f in dataclasses.fields(TrainConfig)}
+        unknown = sorted(set(values) - own - recipe)
+        if unknown:
+            raise ConfigError(f"unknown run settings {unknown}: known are {sorted(own | recipe)}")
+        train = TrainConfig(**{k: v for k, v in values.items() if k in recipe})
+        return cls(**{k: v for k, v in values.items() if k in own}, train=train)
+
+    def to_flat(self) -> dict[str, Any]:
+        """The inverse of :meth:`from_flat`."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
+        return {**flat, **dataclasses.asdict(self.train)}
+
+
+def field_docs(cls: type) -> dict[str, tuple[str, str]]:
+    """``{field: (section, comment)}`` of a config class, read from its source: the comment at the end of the
+    field's line, and the section (the last comment line standing alone above it, ``""`` if none). Empty when the
+    source cannot be read."""
+    import inspect
+    import re
+
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    docs, section = {}, ""
+    for line in lines:
+        alone = re.match(r"\s+#\s*(.*)$", line)
+        if alone:
+            section = alone.group(1)
+            continue
+        field_line = re.match(r"\s+(\w+)\s*:[^#]*#\s*(.*)$", line)
+        if field_line and field_line.group(1) in names:
+            docs[field_line.group(1)] = (section, field_line.group(2))
+    return docs

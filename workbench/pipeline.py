@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .config import RunConfig
 from .errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -41,86 +42,54 @@ def load_pairs(
 
 
 def build_translator(arch: str, preset_name: str, vocab_size: int, pad_id: int, **overrides: Any) -> torch.nn.Module:
-    """A Transformer (from a preset) or the GRU baseline sized like that preset."""
-    from .config import preset
-    from .model import build_model
-    from .rnn import RNNConfig, build_rnn
+    """A model of architecture ``arch`` (:mod:`workbench.registry`) sized like a preset, over one joint vocabulary:
+    the Transformer preset itself (source and target embeddings shared), or the GRU baseline as wide as it."""
+    from .registry import build_from_preset
 
-    if arch == "transformer":
-        cfg = preset(preset_name, tie_src_tgt=True, **overrides)
-        return build_model(cfg, vocab_size, vocab_size, pad_id=pad_id)
-    if arch == "rnn":
-        base = preset(preset_name)
-        cfg = RNNConfig(d_model=base.d_model, n_layers=2, dropout=base.dropout, max_len=base.max_len)
-        return build_rnn(cfg, vocab_size, vocab_size, pad_id=pad_id)
-    raise ConfigError(f"unknown architecture {arch!r}: choose 'transformer' or 'rnn'")
+    return build_from_preset(arch, preset_name, vocab_size, vocab_size, pad_id, **overrides)
 
 
-def train_translation(
-    preset_name: str = "small",
-    src: str = "de",
-    tgt: str = "en",
-    out_dir: str | Path = "runs/small",
-    arch: str = "transformer",
-    epochs: int = 20,
-    max_minutes: float | None = None,
-    data_dir: str | Path | None = None,
-    vocab_size: int = 8000,
-    max_tokens: int = 4096,
-    limit: int | None = None,
-    seed: int = 0,
-    device: str = "auto",
-    resume: bool = False,
-    lr_factor: float | None = None,
-    warmup_steps: int | None = None,
-    compile: bool = False,
-    train_src: str | None = None,
-    train_tgt: str | None = None,
-    val_src: str | None = None,
-    val_tgt: str | None = None,
-    **train_overrides: Any,
-) -> dict[str, Any]:
-    """Train a translator and write its run folder; returns a summary (also saved as ``summary.json``).
+def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/small", resume: bool = False,
+                      **settings: Any) -> dict[str, Any]:
+    """Train the translator ``run`` describes and write its run folder to ``out_dir``; returns a summary (also saved
+    as ``summary.json``). ``resume=True`` continues the run in ``out_dir`` from its ``last.pt``.
 
+    Instead of ``run``, its settings may be given as keywords (:meth:`RunConfig.from_flat`: the fields of
+    :class:`RunConfig` and :class:`TrainConfig`, and ``preset_name`` for ``preset``), as earlier versions took them.
     Under ``torchrun`` every rank returns the summary and only rank 0 writes files (checkpoints and the summary).
     """
     from .checkpoint import load_checkpoint
-    from .config import TrainConfig
     from .runtime import set_seed
     from .tokenizer import SubwordTokenizer
     from .train import fit
 
+    if run is None:
+        if "preset_name" in settings:
+            settings["preset"] = settings.pop("preset_name")
+        run = RunConfig.from_flat(**settings)
+    elif settings:
+        raise ConfigError(f"pass the run as a RunConfig or as keywords, not both (got {sorted(settings)} besides it)")
+    cfg = run.train
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    train_pairs = load_pairs("train", src, tgt, data_dir, limit, train_src, train_tgt)
-    val_pairs = load_pairs("val", src, tgt, data_dir, None, val_src, val_tgt)
-    set_seed(seed)
+    train_pairs = load_pairs("train", run.src, run.tgt, run.data_dir, run.limit, run.train_src, run.train_tgt)
+    val_pairs = load_pairs("val", run.src, run.tgt, run.data_dir, None, run.val_src, run.val_tgt)
+    set_seed(cfg.seed)
     if resume and (out / "last.pt").exists():
         ckpt = load_checkpoint(out / "last.pt")
         tokenizer = SubwordTokenizer.from_json(ckpt["tokenizer"])
     else:
         # the tokenizer sees the training split only, never validation or test text
-        tokenizer = SubwordTokenizer.train(train_pairs, vocab_size=vocab_size, joint=True)
-    model = build_translator(arch, preset_name, tokenizer.src_vocab_size, tokenizer.pad_id)
-    defaults = TrainConfig()
-    cfg = TrainConfig(
-        epochs=epochs,
-        max_minutes=max_minutes,
-        max_tokens=max_tokens,
-        seed=seed,
-        device=device,
-        compile=compile,
-        lr_factor=lr_factor if lr_factor is not None else defaults.lr_factor,
-        warmup_steps=warmup_steps if warmup_steps is not None else defaults.warmup_steps,
-        **train_overrides,
-    )
+        tokenizer = SubwordTokenizer.train(train_pairs, vocab_size=run.vocab_size, joint=True)
+    model = build_translator(run.arch, run.preset, tokenizer.src_vocab_size, tokenizer.pad_id)
     start = time.perf_counter()
-    history = fit(model, tokenizer, train_pairs, val_pairs, cfg, out_dir=out, resume=resume, meta={"src_lang": src, "tgt_lang": tgt})
+    history = fit(model, tokenizer, train_pairs, val_pairs, cfg, out_dir=out, resume=resume,
+                  meta={"src_lang": run.src, "tgt_lang": run.tgt})
     summary = {
-        "arch": arch,
-        "preset": preset_name,
-        "src": src,
-        "tgt": tgt,
+        "arch": run.arch,
+        "preset": run.preset,
+        "src": run.src,
+        "tgt": run.tgt,
         "train_pairs": len(train_pairs),
         "vocab_size": tokenizer.src_vocab_size,
         "train_config": dataclasses.asdict(cfg),
@@ -187,8 +156,8 @@ def evaluate_checkpoint(
 
 
 # the modules whose code decides what a trained model is: a change to any of them invalidates cached models
-TRAINING_CODE = ("attention", "batching", "config", "data", "masks", "model", "pipeline", "positional", "rnn",
-                 "runtime", "tokenizer", "train")
+TRAINING_CODE = ("attention", "batching", "config", "data", "masks", "model", "pipeline", "positional", "registry",
+                 "rnn", "runtime", "tokenizer", "train")
 
 
 def training_code_fingerprint() -> str:
@@ -211,13 +180,13 @@ def _package_version() -> str:
 
 def get_translator(
     cache_dir: str | Path | None = None,
-    preset_name: str = "small",
-    src: str = "de",
-    tgt: str = "en",
+    preset_name: str = RunConfig.preset,
+    src: str = RunConfig.src,
+    tgt: str = RunConfig.tgt,
     minutes: float | None = 5.0,
     limit: int | None = None,
-    vocab_size: int = 8000,
-    arch: str = "transformer",
+    vocab_size: int = RunConfig.vocab_size,
+    arch: str = RunConfig.arch,
     seed: int = 0,
     checkpoint: str | Path | None = None,
     data_dir: str | Path | None = None,
@@ -228,8 +197,9 @@ def get_translator(
     trained now (and cached). Returns (model in eval mode, tokenizer, checkpoint dict).
 
     The budget is ``max_steps`` optimizer steps (the same model on every machine) and/or ``minutes`` of wall-clock
-    time; give at least one. The cache folder is keyed by the settings, the package version and a hash of the
-    training code (:func:`training_code_fingerprint`), so a model trained by older code is never reused.
+    time; give at least one (there is no epoch limit). ``train_overrides`` are :class:`TrainConfig` fields. The
+    cache folder is keyed by the settings, the package version and a hash of the training code
+    (:func:`training_code_fingerprint`), so a model trained by older code is never reused.
     """
     import hashlib
 
@@ -241,6 +211,9 @@ def get_translator(
         return load_model(checkpoint)
     if minutes is None and max_steps is None:
         raise ConfigError("get_translator needs a budget: pass max_steps (optimizer steps) or minutes, or both")
+    run_cfg = RunConfig.from_flat(preset=preset_name, src=src, tgt=tgt, limit=limit, vocab_size=vocab_size, arch=arch,
+                                  data_dir=data_dir, epochs=None, max_minutes=minutes, max_steps=max_steps, seed=seed,
+                                  **train_overrides)
     settings = dict(preset=preset_name, src=src, tgt=tgt, minutes=minutes, max_steps=max_steps, limit=limit,
                     vocab=vocab_size, arch=arch, seed=seed, **train_overrides)
     identity = dict(settings, version=_package_version(), code=training_code_fingerprint())
@@ -249,9 +222,7 @@ def get_translator(
     run = root / "models" / f"{arch}-{preset_name}-{src}{tgt}-{key}"
     if not (run / "last.pt").exists():
         log.info("training %s into %s (budget: %s steps, %s minutes)", arch, run, max_steps, minutes)
-        train_translation(preset_name=preset_name, src=src, tgt=tgt, out_dir=run, arch=arch, epochs=1000,
-                          max_minutes=minutes, data_dir=data_dir, vocab_size=vocab_size, limit=limit, seed=seed,
-                          max_steps=max_steps, **train_overrides)
+        train_translation(run=run_cfg, out_dir=run)
     model, tokenizer, state = load_model(run / "last.pt")
     state["run_dir"] = str(run)
     return model, tokenizer, state

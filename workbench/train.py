@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -153,6 +154,55 @@ def _batches(src: list[list[int]], tgt: list[list[int]], idx: list[list[int]], p
     return [make_batch([src[i] for i in b], [tgt[i] for i in b], pad_id) for b in idx]
 
 
+@dataclass
+class _Run:
+    """What :func:`fit` carries from one step to the next."""
+
+    model: nn.Module  # the plain module: saved, evaluated, its parameters clipped
+    net: nn.Module  # what training calls: the model, or its compiled / DDP wrapper
+    tokenizer: Any
+    cfg: TrainConfig
+    device: torch.device
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    train_src: list[list[int]]  # encoded training sources
+    train_tgt: list[list[int]]  # encoded training targets (with BOS and EOS)
+    val_pairs: Sequence[tuple[str, str]]  # validation text, for BLEU
+    val_batches: list[Batch]  # validation batches, for the loss
+    out: Path | None  # the run folder (None: no files)
+    meta: dict[str, Any]  # stored in every checkpoint as "extra"
+    distributed: bool
+    rank: int
+    world: int
+    pad_multiple: int  # batch lengths are rounded up to a multiple of this (8 when compiled)
+    history: History
+    step: int  # optimizer steps taken
+    t0: float  # the clock at step 0 (a resumed run counts its earlier training time)
+    peak: float | None  # the device's peak FLOP/s, for the MFU figure (None: unknown)
+    best: float  # lowest validation loss so far
+    bad_epochs: int  # epochs since that lowest validation loss
+
+    @property
+    def pad_id(self) -> int:
+        return self.model.pad_id
+
+    @property
+    def max_len(self) -> int:
+        return self.model.cfg.max_len
+
+
+@dataclass
+class _EpochTotals:
+    """Sums over one epoch's batches on this rank."""
+
+    loss: float = 0.0  # summed label-smoothed loss
+    targets: int = 0  # target tokens
+    tokens: int = 0  # source + target tokens
+    flops: int = 0  # analytic training FLOPs (0: no count for this model)
+    start: float = field(default_factory=time.perf_counter)
+    seconds: float = 0.0  # from start to the end of the epoch's training
+
+
 def fit(
     model: nn.Module,
     tokenizer: Any,
@@ -167,10 +217,11 @@ def fit(
 ) -> History:
     """Train ``model`` (Transformer or RNN baseline) and return its :class:`History`.
 
-    Training stops after ``cfg.epochs`` epochs, or earlier at ``cfg.max_steps`` optimizer steps (a budget that
-    gives the same model on every machine), at ``cfg.max_minutes`` of wall-clock time, or by early stopping
-    (``cfg.patience``). Under ``torchrun`` the ranks vote on the time budget and on early stopping, so they all
-    stop at the same step.
+    Training stops after ``cfg.epochs`` epochs (None: no epoch limit), or earlier at ``cfg.max_steps`` optimizer
+    steps (a budget that gives the same model on every machine), at ``cfg.max_minutes`` of wall-clock time, or by
+    early stopping (``cfg.patience``); a config with none of the three budgets is refused
+    (:meth:`TrainConfig.check_budget`). Under ``torchrun`` the ranks vote on the time budget and on early stopping,
+    so they all stop at the same step.
 
     Checkpoints go to ``out_dir`` after every epoch and every ``cfg.checkpoint_every`` steps
     (``ckpt_stepNNNNNNN.pt``, the last ``keep_last`` kept for averaging), plus ``last.pt`` and ``best.pt`` at
@@ -180,9 +231,30 @@ def fit(
 
     Callbacks (all optional): ``on_step(step, loss)``, ``on_epoch_end(epoch, history)``.
     """
-    from .checkpoint import load_checkpoint, load_state, save_checkpoint, set_rng_state, step_checkpoints
-
+    cfg.check_budget()
     callbacks = callbacks or {}
+    run, start_epoch = _start(model, tokenizer, train_pairs, val_pairs, cfg, out_dir, resume, meta or {})
+    for epoch in range(start_epoch, cfg.epochs) if cfg.epochs is not None else itertools.count(start_epoch):
+        if cfg.max_steps is not None and run.step >= cfg.max_steps:  # resumed from a run that had used its steps
+            run.history.stopped_reason = "max steps"
+            break
+        stop, totals = _train_epoch(run, epoch, callbacks.get("on_step"))
+        improved = _end_epoch(run, epoch, totals)
+        stop = run.history.stopped_reason = _stop_decision(run, epoch, stop)
+        _save_epoch(run, epoch, improved, keep_last)
+        if "on_epoch_end" in callbacks:
+            callbacks["on_epoch_end"](epoch + 1, run.history)
+        if stop:
+            break
+    model.eval()
+    return run.history
+
+
+def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, str]],
+           val_pairs: Sequence[tuple[str, str]], cfg: TrainConfig, out_dir: str | Path | None, resume: bool,
+           meta: dict[str, Any]) -> tuple[_Run, int]:
+    """Everything before the first step: device and seed, the encoded data, optimizer and schedule, the state of
+    ``out_dir/last.pt`` when resuming, the compiled / DDP wrapper. Returns the run and the epoch to start from."""
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     device = resolve_device(cfg.device)
@@ -190,38 +262,61 @@ def fit(
         device = torch.device("cuda", torch.cuda.current_device())
     set_seed(cfg.seed)
     model.to(device)
-    pad_id = model.pad_id
-    max_len = model.cfg.max_len
+    pad_id, max_len = model.pad_id, model.cfg.max_len
     out = Path(out_dir) if out_dir is not None else None
 
     train_src, train_tgt = _encode(tokenizer, train_pairs, max_len)
     val_src, val_tgt = _encode(tokenizer, val_pairs, max_len)
     if not train_src:
         raise TrainingError("no training pairs left after encoding: check the data and max_len")
-    src_lens = [len(s) for s in train_src]
-    tgt_lens = [len(t) - 1 for t in train_tgt]
-    val_batches = _batches(val_src, val_tgt, token_batches([len(s) for s in val_src], [len(t) - 1 for t in val_tgt], cfg.max_tokens, shuffle=False), pad_id)
+    val_idx = token_batches([len(s) for s in val_src], [len(t) - 1 for t in val_tgt], cfg.max_tokens, shuffle=False)
+    val_batches = _batches(val_src, val_tgt, val_idx, pad_id)
 
-    d_model = model.cfg.d_model
-    use_fused = device.type == "cuda"
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
-        **({"fused": True} if use_fused else {}),
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: rate(s + 1, d_model, cfg.warmup_steps, cfg.lr_factor)
-    )
+    optimizer, scheduler = _optimizer_and_schedule(model, cfg, device)
     history, step, start_epoch = History(), 0, 0
     if resume and out is not None and (out / "last.pt").exists():
-        state = load_checkpoint(out / "last.pt", map_location=device)
-        load_state(model, state["model"], source=str(out / "last.pt"))
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step, start_epoch = state["step"], state["epoch"]
-        history = History.from_dict(state["history"])
-        set_rng_state(state["rng"])
-        log.info("resumed from %s at epoch %d, step %d", out / "last.pt", start_epoch, step)
+        history, step, start_epoch = _resume(out / "last.pt", model, optimizer, scheduler, device)
+    net, pad_multiple = _wrap(model, cfg, distributed, device)
 
+    t0 = time.perf_counter() - (history.elapsed_s[-1] if history.elapsed_s else 0.0)
+    peak = peak_flops(device)  # for the MFU figure (None on a CPU unless WORKBENCH_PEAK_TFLOPS is set)
+    best = min(history.val_loss) if history.val_loss else math.inf
+    bad_epochs = len(history.val_loss) - history.best_epoch if history.best_epoch is not None and history.val_loss else 0
+    run = _Run(model=model, net=net, tokenizer=tokenizer, cfg=cfg, device=device, optimizer=optimizer,
+               scheduler=scheduler, train_src=train_src, train_tgt=train_tgt, val_pairs=val_pairs,
+               val_batches=val_batches, out=out, meta=meta, distributed=distributed, rank=rank, world=world,
+               pad_multiple=pad_multiple, history=history, step=step, t0=t0, peak=peak, best=best,
+               bad_epochs=bad_epochs)
+    return run, start_epoch
+
+
+def _optimizer_and_schedule(model: nn.Module, cfg: TrainConfig, device: torch.device) -> tuple[torch.optim.Optimizer, Any]:
+    """Adam (fused on CUDA) with the paper's warm-up schedule :func:`rate` as its learning rate."""
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
+        **({"fused": True} if device.type == "cuda" else {}),
+    )
+    d_model = model.cfg.d_model
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: rate(s + 1, d_model, cfg.warmup_steps, cfg.lr_factor))
+    return optimizer, scheduler
+
+
+def _resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+            device: torch.device) -> tuple[History, int, int]:
+    """Load model, optimizer, schedule and RNG states from ``path``; returns its history, step and epoch."""
+    from .checkpoint import load_checkpoint, load_state, set_rng_state
+
+    state = load_checkpoint(path, map_location=device)
+    load_state(model, state["model"], source=str(path))
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    log.info("resumed from %s at epoch %d, step %d", path, state["epoch"], state["step"])
+    return History.from_dict(state["history"]), state["step"], state["epoch"]
+
+
+def _wrap(model: nn.Module, cfg: TrainConfig, distributed: bool, device: torch.device) -> tuple[nn.Module, int]:
+    """The module training calls (compiled and/or DDP-wrapped as asked), and the multiple batch lengths round to."""
     net: nn.Module = model
     pad_multiple = 1  # eager: pad each batch to its own longest sequence
     if cfg.compile:
@@ -229,125 +324,156 @@ def fit(
         pad_multiple = 8  # compiled: lengths rounded up to a multiple of 8, so a few graphs serve every batch
     if distributed:
         net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    return net, pad_multiple
 
+
+def _train_epoch(run: _Run, epoch: int, on_step: Callable[[int, float], Any] | None) -> tuple[str, _EpochTotals]:
+    """One pass over this rank's share of the epoch's shuffled batches. Returns why it ended early (``"max steps"``,
+    ``"time budget"``; ``""`` when it ran to the end) and its totals."""
     from tqdm.auto import tqdm
 
-    t0 = time.perf_counter() - (history.elapsed_s[-1] if history.elapsed_s else 0.0)
-    budget = cfg.max_minutes * 60 if cfg.max_minutes else None
-    peak = peak_flops(device)  # for the MFU figure (None on a CPU unless WORKBENCH_PEAK_TFLOPS is set)
-    best = min(history.val_loss) if history.val_loss else math.inf
-    bad_epochs = 0
-    if history.best_epoch is not None and history.val_loss:
-        bad_epochs = len(history.val_loss) - history.best_epoch
+    cfg = run.cfg
+    idx = token_batches([len(s) for s in run.train_src], [len(t) - 1 for t in run.train_tgt], cfg.max_tokens,
+                        shuffle=True, seed=cfg.seed, epoch=epoch, world_size=run.world, rank=run.rank,
+                        pad_multiple=run.pad_multiple)
+    if cfg.accum_steps > 1 and len(idx) >= cfg.accum_steps:
+        # every optimizer step sees exactly accum_steps micro-batches (as every DDP step sees world_size batches)
+        idx = idx[: len(idx) - len(idx) % cfg.accum_steps]
+    run.net.train()
+    totals = _EpochTotals()
+    of = f"/{cfg.epochs}" if cfg.epochs is not None else ""
+    bar = tqdm(idx, desc=f"epoch {epoch + 1}{of}", unit="batch", leave=False, disable=run.rank != 0, mininterval=2.0)
+    run.optimizer.zero_grad(set_to_none=True)
     stop = ""
-    for epoch in range(start_epoch, cfg.epochs):
-        if cfg.max_steps is not None and step >= cfg.max_steps:  # resumed from a run that had used its steps
-            stop = history.stopped_reason = "max steps"
+    for i, b_idx in enumerate(bar):
+        loss_value = _forward_backward(run, epoch, b_idx, totals)
+        if (i + 1) % cfg.accum_steps == 0 or i + 1 == len(idx):
+            _optimizer_step(run, epoch, loss_value, totals, bar)
+            if on_step is not None:
+                on_step(run.step, loss_value)
+        if cfg.max_steps is not None and run.step >= cfg.max_steps:
+            stop = "max steps"  # every rank counts the same steps: no vote needed
             break
-        idx = token_batches(src_lens, tgt_lens, cfg.max_tokens, shuffle=True, seed=cfg.seed, epoch=epoch, world_size=world, rank=rank,
-                            pad_multiple=pad_multiple)
-        if cfg.accum_steps > 1 and len(idx) >= cfg.accum_steps:
-            # every optimizer step sees exactly accum_steps micro-batches (as every DDP step sees world_size batches)
-            idx = idx[: len(idx) - len(idx) % cfg.accum_steps]
-        net.train()
-        ep_loss, ep_tok, ep_all_tok, ep_flops, ep_t = 0.0, 0, 0, 0, time.perf_counter()
-        bar = tqdm(idx, desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch", leave=False, disable=rank != 0, mininterval=2.0)
-        optimizer.zero_grad(set_to_none=True)
-        for i, b_idx in enumerate(bar):
-            batch = make_batch([train_src[j] for j in b_idx], [train_tgt[j] for j in b_idx], pad_id, pad_multiple, max_len)
-            if device.type == "cuda":
-                batch = batch.pin_memory().to(device, non_blocking=True)
-            with autocast(device, cfg.amp):
-                loss_sum, n_tok = step_loss(net, model, batch, pad_id, cfg.label_smoothing)
-            ep_flops += model_train_flops(model, batch.src, batch.tgt_in, n_projected=n_tok) or 0
-            loss = loss_sum / max(n_tok, 1)
-            loss_value = float(loss.detach())
-            if not math.isfinite(loss_value):
-                raise TrainingError(
-                    f"loss became {loss_value} at epoch {epoch + 1}, step {step}: training stopped. The last good "
-                    f"checkpoint{' in ' + str(out) if out else ''} is kept; lower lr_factor, raise warmup_steps or "
-                    "check the data"
-                )
-            (loss / cfg.accum_steps).backward()
-            if (i + 1) % cfg.accum_steps == 0 or i + 1 == len(idx):
-                if cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                if step % cfg.log_every == 0:
-                    history.steps.append(step)
-                    history.step_loss.append(loss_value)
-                    post = {"loss": f"{loss_value:.3f}", "lr": f"{scheduler.get_last_lr()[0]:.2e}"}
-                    if peak is not None and ep_flops:
-                        post["mfu"] = f"{ep_flops / max(time.perf_counter() - ep_t, 1e-9) / peak:.1%}"
-                    bar.set_postfix(post)
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and out is not None and rank == 0:
-                    # numbered snapshots for averaging (resuming uses last.pt, written at epoch ends)
-                    save_checkpoint(out / f"ckpt_step{step:07d}.pt", model, tokenizer=tokenizer, step=step,
-                                    epoch=epoch, train_cfg=cfg, extra=meta or {})
-                if "on_step" in callbacks:
-                    callbacks["on_step"](step, loss_value)
-            ep_loss += float(loss_sum.detach())
-            ep_tok += n_tok
-            ep_all_tok += n_tok + batch.n_src_tokens
-            if cfg.max_steps is not None and step >= cfg.max_steps:
-                stop = "max steps"  # every rank counts the same steps: no vote needed
-                break
-            # each rank reads its own clock: they vote, or one rank could leave while another waits for it
-            if budget is not None and _any_rank(time.perf_counter() - t0 > budget, distributed, device):
-                stop = "time budget"
-                break
-        bar.close()
-        seconds = time.perf_counter() - ep_t
-        history.train_loss.append(ep_loss / max(ep_tok, 1))
-        history.tokens_per_s.append(ep_all_tok * world / max(seconds, 1e-9))
-        history.model_tflops_per_s.append(ep_flops * world / max(seconds, 1e-9) / 1e12 if ep_flops else None)
-        history.mfu.append(ep_flops / max(seconds, 1e-9) / peak if peak is not None and ep_flops else None)
-        history.lr.append(scheduler.get_last_lr()[0])
-        history.elapsed_s.append(time.perf_counter() - t0)
-        val = evaluate(model, val_batches, pad_id, device)
-        history.val_loss.append(val["loss"])
-        history.val_ppl.append(val["ppl"])
-        if cfg.eval_bleu and val_pairs and rank == 0:
-            from .decode import translate
-            from .metrics import corpus_bleu
+        # each rank reads its own clock: they vote, or one rank could leave while another waits for it
+        if cfg.max_minutes is not None and _any_rank(time.perf_counter() - run.t0 > cfg.max_minutes * 60,
+                                                     run.distributed, run.device):
+            stop = "time budget"
+            break
+    bar.close()
+    totals.seconds = time.perf_counter() - totals.start
+    return stop, totals
 
-            sample = list(val_pairs)[: cfg.bleu_max_sentences] if cfg.bleu_max_sentences else list(val_pairs)
-            hyps = translate(model, tokenizer, [s for s, _ in sample], beam=1, device=device)
-            history.val_bleu.append(corpus_bleu(hyps, [t for _, t in sample]).score)
-        improved = val["loss"] < best
-        if improved:
-            best, history.best_epoch, bad_epochs = val["loss"], epoch + 1, 0
-        else:
-            bad_epochs += 1
-        log.info(
-            "epoch %d: train %.3f val %.3f ppl %.2f%s, %.0f tok/s%s%s",
-            epoch + 1, history.train_loss[-1], val["loss"], val["ppl"],
-            f" BLEU {history.val_bleu[-1]:.2f}" if history.val_bleu and cfg.eval_bleu else "",
-            history.tokens_per_s[-1],
-            "" if history.model_tflops_per_s[-1] is None else f", {history.model_tflops_per_s[-1]:.3g} TFLOP/s",
-            f", MFU {history.mfu[-1]:.1%}" if history.mfu[-1] is not None else "",
+
+def _forward_backward(run: _Run, epoch: int, b_idx: list[int], totals: _EpochTotals) -> float:
+    """Loss and gradients of one micro-batch (added to the gradients already there); returns its loss per token."""
+    cfg = run.cfg
+    batch = make_batch([run.train_src[j] for j in b_idx], [run.train_tgt[j] for j in b_idx], run.pad_id,
+                       run.pad_multiple, run.max_len)
+    if run.device.type == "cuda":
+        batch = batch.pin_memory().to(run.device, non_blocking=True)
+    with autocast(run.device, cfg.amp):
+        loss_sum, n_tok = step_loss(run.net, run.model, batch, run.pad_id, cfg.label_smoothing)
+    totals.flops += model_train_flops(run.model, batch.src, batch.tgt_in, n_projected=n_tok) or 0
+    loss = loss_sum / max(n_tok, 1)
+    loss_value = float(loss.detach())
+    if not math.isfinite(loss_value):
+        raise TrainingError(
+            f"loss became {loss_value} at epoch {epoch + 1}, step {run.step}: training stopped. The last good "
+            f"checkpoint{' in ' + str(run.out) if run.out else ''} is kept; lower lr_factor, raise warmup_steps or "
+            "check the data"
         )
-        if cfg.patience is not None and _any_rank(bad_epochs >= cfg.patience, distributed, device):
-            stop = stop or "early stopping"
-        if stop == "" and epoch + 1 == cfg.epochs:
-            stop = "epochs"
-        history.stopped_reason = stop
-        if out is not None and rank == 0:
-            kw = dict(tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler, step=step, epoch=epoch + 1,
-                      history=history.to_dict(), train_cfg=cfg, extra=meta or {})
-            save_checkpoint(out / f"ckpt_step{step:07d}.pt", model, **kw)
-            save_checkpoint(out / "last.pt", model, **kw)
-            if improved:
-                save_checkpoint(out / "best.pt", model, **kw)
-            for old in step_checkpoints(out)[:-keep_last]:
-                old.unlink(missing_ok=True)
-            (out / "history.json").write_text(json.dumps(history.to_dict(), indent=1))
-        if "on_epoch_end" in callbacks:
-            callbacks["on_epoch_end"](epoch + 1, history)
-        if stop in ("max steps", "time budget", "early stopping"):
-            break
-    model.eval()
-    return history
+    (loss / cfg.accum_steps).backward()
+    totals.loss += float(loss_sum.detach())
+    totals.targets += n_tok
+    totals.tokens += n_tok + batch.n_src_tokens
+    return loss_value
+
+
+def _optimizer_step(run: _Run, epoch: int, loss_value: float, totals: _EpochTotals, bar: Any) -> None:
+    """Clip, step optimizer and schedule, count the step; log its loss every ``log_every`` steps and save a
+    numbered snapshot every ``checkpoint_every`` steps (rank 0)."""
+    from .checkpoint import save_checkpoint
+
+    cfg = run.cfg
+    if cfg.grad_clip:
+        nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.step += 1
+    if run.step % cfg.log_every == 0:
+        run.history.steps.append(run.step)
+        run.history.step_loss.append(loss_value)
+        post = {"loss": f"{loss_value:.3f}", "lr": f"{run.scheduler.get_last_lr()[0]:.2e}"}
+        if run.peak is not None and totals.flops:
+            post["mfu"] = f"{totals.flops / max(time.perf_counter() - totals.start, 1e-9) / run.peak:.1%}"
+        bar.set_postfix(post)
+    if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 and run.out is not None and run.rank == 0:
+        # numbered snapshots for averaging (resuming uses last.pt, written at epoch ends)
+        save_checkpoint(run.out / f"ckpt_step{run.step:07d}.pt", run.model, tokenizer=run.tokenizer, step=run.step,
+                        epoch=epoch, train_cfg=cfg, extra=run.meta)
+
+
+def _end_epoch(run: _Run, epoch: int, totals: _EpochTotals) -> bool:
+    """The epoch's figures into the history: training loss, speed, learning rate, validation loss (and greedy
+    BLEU, on rank 0). Returns True when the validation loss is the lowest so far."""
+    h, cfg, seconds = run.history, run.cfg, max(totals.seconds, 1e-9)
+    h.train_loss.append(totals.loss / max(totals.targets, 1))
+    h.tokens_per_s.append(totals.tokens * run.world / seconds)
+    h.model_tflops_per_s.append(totals.flops * run.world / seconds / 1e12 if totals.flops else None)
+    h.mfu.append(totals.flops / seconds / run.peak if run.peak is not None and totals.flops else None)
+    h.lr.append(run.scheduler.get_last_lr()[0])
+    h.elapsed_s.append(time.perf_counter() - run.t0)
+    val = evaluate(run.model, run.val_batches, run.pad_id, run.device)
+    h.val_loss.append(val["loss"])
+    h.val_ppl.append(val["ppl"])
+    if cfg.eval_bleu and run.val_pairs and run.rank == 0:
+        from .decode import translate
+        from .metrics import corpus_bleu
+
+        sample = list(run.val_pairs)[: cfg.bleu_max_sentences] if cfg.bleu_max_sentences else list(run.val_pairs)
+        hyps = translate(run.model, run.tokenizer, [s for s, _ in sample], beam=1, device=run.device)
+        h.val_bleu.append(corpus_bleu(hyps, [t for _, t in sample]).score)
+    improved = val["loss"] < run.best
+    if improved:
+        run.best, h.best_epoch, run.bad_epochs = val["loss"], epoch + 1, 0
+    else:
+        run.bad_epochs += 1
+    log.info(
+        "epoch %d: train %.3f val %.3f ppl %.2f%s, %.0f tok/s%s%s",
+        epoch + 1, h.train_loss[-1], val["loss"], val["ppl"],
+        f" BLEU {h.val_bleu[-1]:.2f}" if h.val_bleu and cfg.eval_bleu else "",
+        h.tokens_per_s[-1],
+        "" if h.model_tflops_per_s[-1] is None else f", {h.model_tflops_per_s[-1]:.3g} TFLOP/s",
+        f", MFU {h.mfu[-1]:.1%}" if h.mfu[-1] is not None else "",
+    )
+    return improved
+
+
+def _stop_decision(run: _Run, epoch: int, stop: str) -> str:
+    """Why training stops after this epoch (``""``: it goes on). The ranks vote on early stopping, every epoch
+    (a collective every rank must join), whatever ``stop`` already says."""
+    cfg = run.cfg
+    if cfg.patience is not None and _any_rank(run.bad_epochs >= cfg.patience, run.distributed, run.device):
+        stop = stop or "early stopping"
+    if stop == "" and cfg.epochs is not None and epoch + 1 == cfg.epochs:
+        stop = "epochs"
+    return stop
+
+
+def _save_epoch(run: _Run, epoch: int, improved: bool, keep_last: int) -> None:
+    """Rank 0 writes the epoch's numbered checkpoint, ``last.pt``, ``best.pt`` when the validation loss improved,
+    and ``history.json``; only the newest ``keep_last`` numbered checkpoints are kept."""
+    from .checkpoint import save_checkpoint, step_checkpoints
+
+    if run.out is None or run.rank != 0:
+        return
+    kw = dict(tokenizer=run.tokenizer, optimizer=run.optimizer, scheduler=run.scheduler, step=run.step,
+              epoch=epoch + 1, history=run.history.to_dict(), train_cfg=run.cfg, extra=run.meta)
+    save_checkpoint(run.out / f"ckpt_step{run.step:07d}.pt", run.model, **kw)
+    save_checkpoint(run.out / "last.pt", run.model, **kw)
+    if improved:
+        save_checkpoint(run.out / "best.pt", run.model, **kw)
+    for old in step_checkpoints(run.out)[:-keep_last]:
+        old.unlink(missing_ok=True)
+    (run.out / "history.json").write_text(json.dumps(run.history.to_dict(), indent=1))
