@@ -141,7 +141,8 @@ expected_d = {"self-attention": 1, "recurrent": 2, "convolutional": 2, "self-att
 display(Markdown(markdown_table([{"layer": name, "slope in n": round(fit_fn[name][0], 3), "Table 1 (n)": expected_n[name],
                                   "slope in d": round(fit_fd[name][0], 3), "Table 1 (d)": expected_d[name]} for name in expected_n])))
 conv_per_knd2 = [m["flops"] / (KERNEL * n_fixed * d * d) for m, d in zip(sweep_d["convolutional"], d_values)]
-print("convolution FLOPs / (k·n·d²) across d:", [round(c, 3) for c in conv_per_knd2], "(constant: the cost has d², not d)")
+print("convolution FLOPs / (k·n·d²) across d:", [round(c, 3) for c in conv_per_knd2],
+      "(constant, 2 FLOPs per multiply-add: the cost has d², not d)")
 metrics.update({f"flops_slope_n_{k}": fit_fn[NAMES[k]][0] for k in KINDS})
 metrics.update({f"flops_slope_d_{k}": fit_fd[NAMES[k]][0] for k in KINDS})
 metrics["conv_flops_per_knd2_spread"] = max(conv_per_knd2) - min(conv_per_knd2)

@@ -159,6 +159,8 @@ DERIVED: dict[str, list[tuple[str, object]]] = {
 def test_derived_checks_use_the_notebook_defaults():
     path = next(p for p in NOTEBOOKS if p.stem == "02_scaled_dot_product_attention")
     assert int(notebook_parameters(path)["N_KEYS"]["default"]) == N_KEYS_02
+    path = next(p for p in NOTEBOOKS if p.stem == "10_complexity")
+    assert int(notebook_parameters(path)["R"]["default"]) == 16  # the 17/16 of restricted attention's FLOP count
 
 
 # -- structure (no execution) -----------------------------------------------------------------------------------
