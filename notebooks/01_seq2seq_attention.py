@@ -17,15 +17,19 @@
 # # 01 · Seq2seq attention: from a bottleneck to a weighted look-up
 #
 # A recurrent encoder reads the source one token at a time and leaves a state $h_i$ per position. Without attention,
-# the decoder sees the source only through the **last** state: it starts from it, and (in this notebook's baseline)
-# is handed that same vector again as its context at every step. Whatever word it is producing, the whole sentence
-# has to squeeze through one fixed vector. Attention
-# lets the decoder, at every step $t$, look back at all encoder states:
+# the decoder sees the source only through the encoder's **last** state $h_S$, in two places (this is what
+# `workbench.rnn` does with `attention=False`): its initial state is $s_0 = \tanh(W_b h_S + b)$, and at *every* step the
+# same $h_S$ is fed again as the context, concatenated with the decoder state before the output layer, exactly where
+# the attention model puts its context vector. So the baseline is not starved of the source after the first step;
+# it is given one fixed summary of it at every step. Whatever word it is producing, the whole sentence has to
+# squeeze through that one vector. Attention lets the decoder, at every step $t$, look back at all encoder states
+# instead (its initial state comes from $h_S$ in the same way):
 #
 # 1. score every source position with a dot product, $e_i = s_t \cdot h_i$;
 # 2. turn the scores into a distribution, $\alpha = \mathrm{softmax}(e)$;
 # 3. take the weighted sum $a_t = \sum_i \alpha_i h_i$ (the context vector);
-# 4. predict the next word from $[a_t; s_t]$, the context concatenated with the decoder state.
+# 4. predict the next word from $[a_t; s_t]$, the context concatenated with the decoder state: $o_t = \tanh(W_c[a_t; s_t])$,
+#    $P(y_t) = \mathrm{softmax}(W_o o_t)$. (The baseline computes the same with $h_S$ in place of $a_t$.)
 #
 # This notebook does the four steps by hand with real numbers, then trains the same GRU model with and without
 # attention and compares them, including how BLEU changes with source length. Both models train for the same number
@@ -169,3 +173,15 @@ assert metrics["bleu_attention"] >= metrics["bleu_no_attention"]
 # a trained attention decoder looks at a few source tokens, not everywhere: its average peak weight is more than
 # three times the uniform weight (measured on the shipped model for this sentence: 0.95 against 0.08)
 assert metrics["shipped_gru_mean_peak_weight"] > 3 * metrics["shipped_gru_uniform_weight"]
+
+# %% [markdown]
+# ## Try it
+#
+# * `workbench notebooks run --only 01 -p TRAIN_STEPS=1200` — three times the training for both models: does the
+#   validation-loss gap between attention and the last-state baseline grow or shrink, and does the alignment heatmap
+#   of the notebook's own model start to look like the shipped `gru-de-en`'s?
+# * `workbench notebooks run --only 01 -p D_MODEL=64` — a four times narrower state, so a tighter bottleneck: in the
+#   BLEU-by-length figure, which model loses more on the longest sentences?
+# * `workbench notebooks run --only 01 -p TRAIN_PAIRS=3000` — a quarter of the data on the same number of steps, so
+#   four times as many passes over each sentence: does either model start to over-fit (training loss well under
+#   validation loss), and which one gains less from the repetition?

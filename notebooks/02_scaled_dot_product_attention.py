@@ -222,3 +222,14 @@ assert metrics["additive_flops"] > metrics["dot_flops"] and metrics["intermediat
 assert metrics["additive_flops_counted"] > metrics["dot_flops_counted"]             # counted by torch as well
 if not SMOKE:  # wall-clock claims only at full size (tiny smoke sizes are dominated by overheads)
     assert metrics["additive_ms"] > metrics["dot_ms"], (metrics["additive_ms"], metrics["dot_ms"])
+
+# %% [markdown]
+# ## Try it
+#
+# * `workbench notebooks run --only 02 -p MAX_LOG2_DK=12` — key widths up to 4096: in section 3, how close does the
+#   unscaled largest weight get to 1 and the unscaled Jacobian norm to 0, while the scaled curves stay flat?
+# * `workbench notebooks run --only 02 -p N_KEYS=256` — a softmax over 256 keys instead of 16: the uniform entropy is
+#   now $\log 256$; at which $d_k$ does the unscaled softmax start to saturate, compared with the default run?
+# * `workbench notebooks run --only 02 -p D_HIDDEN=256` — a wider additive scorer: its `(B, Tq, Tk, d)` hidden tensor
+#   grows with $d$ while the dot product's `(B, Tq, Tk)` score matrix does not (both cost $O(T^2 d)$ FLOPs); does the
+#   timing ratio of section 4 move, and which way?

@@ -95,6 +95,15 @@ metrics["padding_keys_blocked"] = bool((~masks["cross (target → source)"][:, b
 metrics["causal_is_lower_triangular"] = bool(torch.equal(masks["decoder self (causal)"], torch.ones(T, T).tril().bool()))
 
 # %% [markdown]
+# The explorer below builds the same combined mask with the workbench's one helper (`attention_mask`) for a sentence of
+# `T` positions: move the number of real tokens and switch the causal part on and off. With padding alone every row
+# is the same; with the causal part the visible keys form a staircase that stops at the last real token.
+
+# %%
+from workbench.widgets import mask_explorer
+mask_explorer(length=T)
+
+# %% [markdown]
 # ## $-\infty$ before the softmax gives exact zeros after
 #
 # Random scores for the target length, blocked cells set to $-\infty$, softmax along each row. The blocked weights are
@@ -187,3 +196,13 @@ assert metrics["no_leak"] and metrics["past_max_diff"] == 0.0 and metrics["futur
 assert metrics["dependency_upper_max"] == 0.0 and metrics["dependency_lower_min"] > 0   # depends on s <= t only
 assert metrics["cache_max_diff"] < 1e-4 and metrics["cache_length"] == T                # cache = full pass
 assert metrics["cache_same_greedy_output"]
+
+# %% [markdown]
+# ## Try it
+#
+# * `workbench notebooks run --only 05 -p LEAK_POSITION=0` — only the first target position is kept unchanged: its
+#   logits must still be identical bit for bit, while every later position now differs.
+# * `workbench notebooks run --only 05 -p SHORT_SOURCE="Ein Hund ."` — a shorter second sentence, so more padding:
+#   count the blocked columns in the encoder and cross-attention masks; the padding checks must still hold.
+# * `workbench notebooks run --only 05 -p MAX_EXTRA=100` — a longer greedy decoding budget: without the cache every
+#   step recomputes the whole prefix, with it only the new token; does the time gap between the two grow?

@@ -21,8 +21,11 @@
 #
 # * **work per layer**: the number of operations;
 # * **sequential operations**: how many steps must wait for the previous one (what limits parallel hardware);
-# * **maximum path length**: how many layers a signal needs to travel from one position to another (shorter paths
-#   make long-range dependencies easier to learn).
+# * **maximum path length**: how many layers a signal has to pass through to get from one position to another
+#   (shorter paths make long-range dependencies easier to learn). For the recurrent layer the unit is the same once
+#   the layer is unrolled in time: it is $n$ applications of one cell, each reading its position's input and the
+#   previous cell's state, so a signal from the first position crosses $n$ such layers to reach the last one. That
+#   is why its path length, $O(n)$, equals its number of sequential operations.
 #
 # This notebook prints the table, then measures every entry on this machine: FLOPs counted by PyTorch while the
 # layers run, wall-clock time, memory, sequential steps, and path lengths found by asking autograd when the last
@@ -63,22 +66,29 @@ metrics = {}
 # %%
 from IPython.display import Markdown, display
 from workbench.figures import markdown_table
-from workbench.complexity import KINDS, table1, analytic_path_length, measured_path_length, measure_layer, fit_loglog_slope
+from workbench.complexity import KINDS, table1, layer_macs, analytic_path_length, measured_path_length, measure_layer, fit_loglog_slope
 NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolutional": "convolutional",
          "restricted": "self-attention (restricted)"}
 
 # %% [markdown]
 # ## Table 1 of the paper, with numbers
 #
-# The first three columns are the paper's; the others put in $n$ = `N`, $d$ = `D`, $k$ = `KERNEL`, $r$ = `R`
-# (multiply-adds of the layer's core operation, steps that must run one after another, and layers needed to connect
-# the two ends of the sequence).
+# The first three columns are the paper's; the others put in $n$ = `N`, $d$ = `D`, $k$ = `KERNEL`, $r$ = `R`:
+# multiply-adds of the layer's matrix products, steps that must run one after another, and layers a signal crosses
+# between the two ends of the sequence (for the recurrent row, cells of the unrolled layer; for the convolution, a
+# stack with dilations $1, k, k^2, \dots$, the paper's $O(\log_k n)$).
+#
+# Every row counts its work the same way: all the matrix products of the layer, one multiply-add each (2 FLOPs,
+# what the counter below reports). That is two products for self-attention ($QK^\top$ and the weights times $V$:
+# $2n^2d$; its $Q, K, V$ projections are left out, as in the paper) and two for the recurrent cell ($W_x x_t$ and
+# $W_h h_{t-1}$ at every step: $2nd^2$). The constant factors do not change the $O(\cdot)$ of the paper's columns, but
+# they decide where two rows cross, so they must be counted alike.
 #
 # **A misprint to watch for.** Some summaries, including the study notes this workbench follows, give the
 # convolutional layer as $O(k \cdot n \cdot d)$. The paper has $O(k \cdot n \cdot d^2)$, and the square is real: a
 # kernel of width $k$ that maps $d$ input channels to $d$ output channels has $k \cdot d \cdot d$ weights, each used
 # once per position. The measurements below confirm it: convolution cost grows with $d^2$, like the recurrent layer,
-# and is $k$ times the recurrent layer's per-step matrix product.
+# and is $k$ times one $d \times d$ product per position, where the recurrent cell has two.
 
 # %%
 rows = table1(N, D, KERNEL, R)
@@ -87,8 +97,18 @@ display(Markdown(markdown_table(
       "maximum path length": r["max_path"], f"multiply-adds (n={N}, d={D})": f"{r['macs']:,}",
       "sequential steps": r["sequential_ops"], "path (layers)": r["path_layers"]} for r in rows])))
 macs = {r["layer"]: r["macs"] for r in rows}
-print(f"convolution / recurrence = {macs['convolutional'] / macs['recurrent']:.0f} = k: the d² is in both rows")
+print(f"convolution / recurrence = {macs['convolutional'] / macs['recurrent']:.1f} = k/2: the d² is in both rows "
+      f"(k products of d×d per position against the cell's two)")
 metrics.update(table_conv_over_recurrent=macs["convolutional"] / macs["recurrent"])
+
+# %% [markdown]
+# The explorer draws the same multiply-adds for any $n$, $d$, $k$ and $r$ (log scale): move $n$ past $d$ and the
+# self-attention bar overtakes the recurrent one exactly at $n = d$; move $d$ and the recurrent and convolutional bars
+# grow with its square while the attention bars grow with $d$.
+
+# %%
+from workbench.widgets import complexity_explorer
+complexity_explorer(n=N, d=D)
 
 # %% [markdown]
 # ## Measured work: FLOPs counted while the layers run
@@ -98,7 +118,9 @@ metrics.update(table_conv_over_recurrent=macs["convolutional"] / macs["recurrent
 # positions, a **convolution** of width $k$, and **restricted** self-attention computed on windows of $r+1$
 # neighbours. `torch.utils.flop_counter.FlopCounterMode` counts the FLOPs of the matrix products and convolutions
 # they execute. On log-log axes a power law $n^a$ is a straight line of slope $a$: the fitted slopes are the
-# exponents of Table 1.
+# exponents of Table 1. The counts are also compared with the table's multiply-adds: each is exactly twice the
+# table's figure, except restricted attention's, whose window holds the query's own position besides its $r$
+# neighbours ($r+1$ keys, a factor $(r+1)/r$).
 
 # %%
 sweep_n = {kind: [measure_layer(kind, n, d_fixed, KERNEL, R, repeats=repeats) for n in n_values] for kind in KINDS}
@@ -119,10 +141,17 @@ expected_d = {"self-attention": 1, "recurrent": 2, "convolutional": 2, "self-att
 display(Markdown(markdown_table([{"layer": name, "slope in n": round(fit_fn[name][0], 3), "Table 1 (n)": expected_n[name],
                                   "slope in d": round(fit_fd[name][0], 3), "Table 1 (d)": expected_d[name]} for name in expected_n])))
 conv_per_knd2 = [m["flops"] / (KERNEL * n_fixed * d * d) for m, d in zip(sweep_d["convolutional"], d_values)]
-print("convolution FLOPs / (k·n·d²) across d:", [round(c, 3) for c in conv_per_knd2], "(constant: the cost has d², not d)")
+print("convolution FLOPs / (k·n·d²) across d:", [round(c, 3) for c in conv_per_knd2],
+      "(constant, 2 FLOPs per multiply-add: the cost has d², not d)")
 metrics.update({f"flops_slope_n_{k}": fit_fn[NAMES[k]][0] for k in KINDS})
 metrics.update({f"flops_slope_d_{k}": fit_fd[NAMES[k]][0] for k in KINDS})
 metrics["conv_flops_per_knd2_spread"] = max(conv_per_knd2) - min(conv_per_knd2)
+counted_over_table = {kind: [m["flops"] / (2 * layer_macs(kind, n, d_fixed, KERNEL, R)) for m, n in zip(sweep_n[kind], n_values)]
+                      + [m["flops"] / (2 * layer_macs(kind, n_fixed, d, KERNEL, R)) for m, d in zip(sweep_d[kind], d_values)]
+                      for kind in KINDS}
+print("counted FLOPs / (2 × table multiply-adds):", {NAMES[k]: sorted({round(x, 4) for x in v}) for k, v in counted_over_table.items()},
+      f"((r+1)/r = {(R + 1) / R:.4f})")
+metrics["counted_over_table"] = {k: [min(v), max(v)] for k, v in counted_over_table.items()}
 
 # %% [markdown]
 # ## Measured time and memory on this machine
@@ -152,11 +181,11 @@ metrics.update({f"memory_slope_n_{k}": fit_mn[NAMES[k]][0] for k in KINDS})
 #
 # Per layer, self-attention's core costs about $n^2 d$ and the recurrent layer about $n d^2$, so attention is the
 # cheaper of the two while $n < d$, which the paper notes is the usual case for sentence-level translation
-# (sentences of tens of tokens, $d$ = 512). Here attention does two products ($QK^\top$ and weights times $V$,
-# $2n^2d$ multiply-adds) and the recurrent layer two as well ($W_x x_t$ and $W_h h_{t-1}$ at every step, $2nd^2$),
-# so the counted FLOPs of the two layers, for $d$ fixed and $n$ going through $d$, cross at $n = d$ exactly.
-# (The table above counts only $W_h h_{t-1}$ for the recurrent row, hence its factor 2 in favour of recurrence.) In wall-clock time the crossing moves: the recurrent layer's $n$ small
-# steps each pay a fixed overhead and cannot run in parallel, which is the *sequential operations* column at work.
+# (sentences of tens of tokens, $d$ = 512). Counted alike, attention does two products ($QK^\top$ and weights
+# times $V$, $2n^2d$ multiply-adds) and the recurrent layer two as well ($W_x x_t$ and $W_h h_{t-1}$ at every step,
+# $2nd^2$), so the table's figures and the counted FLOPs of the two layers, for $d$ fixed and $n$ going through $d$,
+# cross at $n = d$ exactly. In wall-clock time the crossing moves: the recurrent layer's $n$ small steps each pay a
+# fixed overhead and cannot run in parallel, which is the *sequential operations* column at work.
 
 # %%
 d_cross = d_fixed
@@ -164,6 +193,7 @@ ns_cross = [d_cross // 4, d_cross // 2, d_cross, 2 * d_cross, 4 * d_cross]
 att_f = [measure_layer("self_attention", n, d_cross, repeats=1)["flops"] for n in ns_cross]
 rnn_f = [measure_layer("recurrent", n, d_cross, repeats=1)["flops"] for n in ns_cross]
 ratio = [a / r for a, r in zip(att_f, rnn_f)]
+table_ratio = [layer_macs("self_attention", n, d_cross) / layer_macs("recurrent", n, d_cross) for n in ns_cross]
 figures.line_figure(ns_cross, {"self-attention / recurrent FLOPs": ratio}, xlabel="n", log_x=True, log_y=True,
                     title=f"FLOP ratio against n for d = {d_cross}: 1 at n = d").show()
 att_t, rnn_t = time_n["self-attention"], time_n["recurrent"]
@@ -175,7 +205,7 @@ if time_crossover is None:
           f"{n_values[-1] // d_fixed} times past n = d = {d_fixed}: the loop's n dependent steps cost more than the n² work")
 else:
     print(f"time: self-attention first slower than the recurrent loop at n = {time_crossover} (FLOPs cross at n = d = {d_fixed})")
-metrics.update(flop_ratio_at_n_eq_d=ratio[2],
+metrics.update(flop_ratio_at_n_eq_d=ratio[2], table_ratio_error=max(abs(t / c - 1) for t, c in zip(table_ratio, ratio)),
                flop_ratio_below_d=[x for n, x in zip(ns_cross, ratio) if n < d_cross],
                flop_ratio_above_d=[x for n, x in zip(ns_cross, ratio) if n > d_cross],
                time_crossover_n=time_crossover)
@@ -205,12 +235,17 @@ metrics.update(recurrent_steps_equal_n=steps["recurrent"] == [float(n) for n in 
 # * **convolution**, contiguous kernels: $(k-1)/2$ positions per layer (centred kernels), $O(n/k)$ layers;
 # * **dilated causal convolution** (kernel $k$, dilations $1, k, k^2, \dots$): $\lceil \log_k n \rceil$ layers, the
 #   paper's $O(\log_k n)$;
-# * **recurrent**: one layer, but the path runs through $n$ dependent steps, $O(n)$.
+# * **recurrent**: unrolled in time, the layer is a stack of $n$ cells; the depth tried is the number of cells
+#   unrolled before the last position (the state restarted from zero that many positions back), and position 0 is
+#   reached at $n$ cells, the paper's $O(n)$ in the same unit as the other rows.
+#
+# Restricted self-attention uses `R` here as everywhere else in this notebook; with the default `R` = 16 the window
+# covers every $n \le 9$ in one layer, so the smallest lengths show 1.
 
 # %%
-r_path = max(2, min(R, 8))
+r_path = R
 paths = {"self-attention": [], f"restricted (r={r_path})": [], f"convolution (k={KERNEL})": [],
-         f"dilated convolution (k={KERNEL})": [], "recurrent (steps)": []}
+         f"dilated convolution (k={KERNEL})": [], "recurrent (cells unrolled)": []}
 expected = {name: [] for name in paths}
 for n in path_ns:
     paths["self-attention"].append(measured_path_length("self_attention", n))
@@ -221,14 +256,16 @@ for n in path_ns:
     expected[f"convolution (k={KERNEL})"].append(analytic_path_length("convolutional", n, k=KERNEL))
     paths[f"dilated convolution (k={KERNEL})"].append(measured_path_length("convolutional", n, k=KERNEL, dilated=True))
     expected[f"dilated convolution (k={KERNEL})"].append(analytic_path_length("convolutional", n, k=KERNEL, dilated=True))
-    paths["recurrent (steps)"].append(int(measure_layer("recurrent", n, 4, repeats=1)["steps"]))
-    expected["recurrent (steps)"].append(n)
-figures.line_figure(path_ns, paths, xlabel="n", ylabel="layers (recurrent: steps)", log_x=True, log_y=True,
+    paths["recurrent (cells unrolled)"].append(measured_path_length("recurrent", n))
+    expected["recurrent (cells unrolled)"].append(analytic_path_length("recurrent", n))
+figures.line_figure(path_ns, paths, xlabel="n", ylabel="layers crossed", log_x=True, log_y=True,
                     title="maximum path length from position 0 to position n-1").show()
 display(Markdown(markdown_table([{"n": n, **{name: f"{paths[name][i]} (expected {expected[name][i]})" for name in paths}}
                                  for i, n in enumerate(path_ns)])))
 metrics["path_lengths"] = {name: {"n": path_ns, "measured": paths[name], "expected": expected[name]} for name in paths}
 metrics["path_lengths_match"] = all(paths[name] == expected[name] for name in paths)
+metrics["recurrent_path_equals_steps"] = paths["recurrent (cells unrolled)"] == [
+    int(measure_layer("recurrent", n, 4, repeats=1)["steps"]) for n in path_ns]
 
 # %%
 with open("metrics.json", "w") as f:
@@ -238,11 +275,28 @@ for kind, a_n, a_d in (("self_attention", 2, 1), ("recurrent", 1, 2), ("convolut
     assert abs(metrics[f"flops_slope_n_{kind}"] - a_n) < 0.1, (kind, metrics[f"flops_slope_n_{kind}"])
     assert abs(metrics[f"flops_slope_d_{kind}"] - a_d) < 0.1, (kind, metrics[f"flops_slope_d_{kind}"])
 assert metrics["conv_flops_per_knd2_spread"] < 1e-9                   # O(k·n·d²): the square is real
+for kind, (lo, hi) in metrics["counted_over_table"].items():          # the table counts what the layers run:
+    target = (R + 1) / R if kind == "restricted" else 1.0             # 2 FLOPs per multiply-add, every row alike
+    assert abs(lo - target) < 1e-9 and abs(hi - target) < 1e-9, (kind, lo, hi)
+assert metrics["table_ratio_error"] < 1e-9                           # so the table crosses where the counts do
 assert abs(metrics["flop_ratio_at_n_eq_d"] - 1) < 1e-9                # crossover at n = d
 assert all(x < 1 for x in metrics["flop_ratio_below_d"]) and all(x > 1 for x in metrics["flop_ratio_above_d"])
 assert metrics["memory_slope_n_self_attention"] > 1.7 and metrics["memory_slope_n_recurrent"] < 1.2   # n² vs n memory
 assert metrics["recurrent_steps_equal_n"] and metrics["parallel_layers_one_step"]
 assert metrics["path_lengths_match"], metrics["path_lengths"]
+assert metrics["recurrent_path_equals_steps"]                         # path length n = n sequential steps
 if not SMOKE:  # wall-clock slopes only at full size, with generous margins
     assert metrics["time_slope_n_self_attention"] > metrics["time_slope_n_recurrent"] + 0.3
     assert metrics["time_slope_d_convolutional"] > metrics["time_slope_d_self_attention"] + 0.3
+
+# %% [markdown]
+# ## Try it
+#
+# * `workbench notebooks run --only 10 -p R=4` — a neighbourhood of 4 instead of 16: restricted attention's work falls
+#   by 4 in the table, its counted FLOPs are now $5/4$ of the table's (the window holds $r+1$ keys), and its path
+#   length grows to $\lceil (n-1)/2 \rceil$ layers.
+# * `workbench notebooks run --only 10 -p KERNEL=5` — wider kernels: the convolution's work per position grows by
+#   $5/3$, the contiguous stack reaches 2 positions per layer instead of 1, and the dilated stack needs
+#   $\lceil \log_5 n \rceil$ layers; check both path columns.
+# * `workbench notebooks run --only 10 -p N=64` — Table 1 at sentence length with $d$ = 512: self-attention's
+#   multiply-adds are $n/d = 1/8$ of the recurrent layer's, the paper's case for attention on sentences.

@@ -21,8 +21,9 @@
 # smoothing, (E) learned instead of sinusoidal positions. We repeat the experiment on Multi30k with a small base model
 # and, as the paper does (100K steps for every row), the same number of training steps on the same batches for every
 # variant (not the same seconds: a slower variant is not penalised, and every machine gets the same table). Then we
-# check whether each trend has the paper's sign. At this scale and budget
-# the differences are small and noisy: read the table as a demonstration of the method, not as a replication.
+# compare each trend's sign with the paper's, against how much the base model itself moves when only its initial
+# weights change. At this scale and budget the differences are small and noisy: read the table as a demonstration of
+# the method, not as a replication.
 
 # %% tags=["parameters"]
 SMOKE: bool = False  # tiny base model, a few steps per variant (what CI runs)
@@ -35,6 +36,8 @@ N_VAL: int = 300  # validation sentences for BLEU
 import json
 import numpy as np
 import workbench as wb
+from IPython.display import Markdown, display
+from workbench.figures import markdown_table
 from workbench import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
@@ -61,12 +64,13 @@ variants = {
     "(D) no dropout": ({"dropout": 0.0}, {}),
     "(D) no label smoothing": ({}, {"label_smoothing": 0.0}),
     "(E) learned positions": ({"positional": "learned"}, {}),
+    "base, other initial weights": ({}, {}),  # the noise yardstick: base again, initialised from SEED + 1
 }
 
 # %%
 rows = {}
 for name, (model_kw, train_kw) in variants.items():
-    wb.set_seed(SEED)
+    wb.set_seed(SEED + 1 if name == "base, other initial weights" else SEED)  # fit() reseeds: same batches, same dropout
     cfg = wb.ModelConfig(**{**base.to_dict(), **model_kw})
     model = wb.build_model(cfg, tok.src_vocab_size, tok.tgt_vocab_size)
     tcfg = wb.TrainConfig(**{"epochs": 1000, "max_steps": steps, "warmup_steps": 300, "max_tokens": 2000,
@@ -81,21 +85,61 @@ table
 
 # %% [markdown]
 # ## Against the paper's signs
-# The paper found: a single head is worse than the base; smaller keys hurt; fewer layers hurt; removing dropout hurts; label smoothing raises perplexity but helps BLEU; learned positions are about as good as sinusoids.
+#
+# What the paper's Table 3 found, in development-set perplexity: a single head is worse than the base (A); smaller
+# keys are worse (B); fewer layers are worse (C); without dropout it is worse (D); without label smoothing the
+# perplexity is *lower* (smoothing makes the model less sure, which costs perplexity but helps BLEU) (D); learned
+# positions give the same perplexity as sinusoids (E).
+#
+# Each trend is measured as the difference of validation log-perplexity (the validation loss, in nats per token)
+# between the variant and the base. The yardstick is the base trained again from other initial weights (same batches,
+# same dropout draws): the size of that difference, $m$, is how far two runs of the same model land apart. A trend
+# **agrees** with the paper when it goes the paper's way by more than $m$, is **opposite** when it goes the other way
+# by more than $m$, and is **within noise** otherwise; for (E), whose claim is "no difference", agreeing means within
+# $m$. One yardstick run is a rough measure of noise, so read "agrees" as "consistent", not as significant.
 
 # %%
 b = rows["base"]
-checks = {
-    "(A) one head is worse": rows["(A) h=1, d_k=D"]["val_ppl"] > b["val_ppl"],
-    "(B) smaller keys are worse": rows["(B) d_k=D/8 (smaller keys)"]["val_ppl"] > b["val_ppl"],
-    "(C) fewer layers are worse": rows["(C) 1 layer"]["val_ppl"] > b["val_ppl"],
-    "(D) label smoothing raises perplexity": rows["(D) no label smoothing"]["val_ppl"] < b["val_ppl"],
-    "(E) learned positions within 20% ppl": abs(rows["(E) learned positions"]["val_ppl"] / b["val_ppl"] - 1) < 0.2,
+log_ppl = {name: float(np.log(r["val_ppl"])) for name, r in rows.items()}
+margin = abs(log_ppl["base, other initial weights"] - log_ppl["base"])
+paper = {  # variant, the paper's direction for its log-perplexity against the base (+1 higher, -1 lower, 0 the same)
+    "(A) one head is worse": ("(A) h=1, d_k=D", +1),
+    "(B) smaller keys are worse": ("(B) d_k=D/8 (smaller keys)", +1),
+    "(C) fewer layers are worse": ("(C) 1 layer", +1),
+    "(D) no dropout is worse": ("(D) no dropout", +1),
+    "(D) label smoothing raises perplexity": ("(D) no label smoothing", -1),
+    "(E) learned positions are the same": ("(E) learned positions", 0),
 }
-for k, v in checks.items():
-    print(("agrees   " if v else "DIFFERS  ") + k)
+signs = {}
+for claim, (variant, direction) in paper.items():
+    delta = log_ppl[variant] - log_ppl["base"]
+    if direction == 0:
+        verdict = "agrees" if abs(delta) <= margin else "differs"
+    else:
+        verdict = "agrees" if direction * delta > margin else "opposite" if direction * delta < -margin else "within noise"
+    signs[claim] = {"variant": variant, "delta_log_ppl": delta, "verdict": verdict}
+display(Markdown(markdown_table([{"paper's claim": c, "Δ log ppl (variant − base)": round(v["delta_log_ppl"], 4),
+                                  "yardstick m": round(margin, 4), "verdict": v["verdict"]} for c, v in signs.items()])))
 figures.bar_figure(list(rows), [r["val_ppl"] for r in rows.values()], title="validation perplexity per variant", ylabel="ppl").show()
-metrics.update(rows=rows, checks=checks, agreeing=sum(checks.values()))
+metrics.update(rows=rows, signs=signs, noise_margin_log_ppl=margin,
+               agreeing=sum(v["verdict"] == "agrees" for v in signs.values()),
+               opposite=sum(v["verdict"] in ("opposite", "differs") for v in signs.values()))
+
+# %% [markdown]
+# Which verdicts come out depends on the budget. With `STEPS_PER_VARIANT` steps, all inside the warm-up, every model
+# is still far from converged, while the paper's rows were trained for 100K steps. In the SMOKE run (60 steps of a
+# tiny model) the two base runs land about 6 % apart in perplexity, more than any variant moves, so every directional
+# trend is "within noise" there: SMOKE checks the machinery, not the paper. The verdicts of the default run are
+# printed, not asserted, because none has been checked at that size yet. Two of the paper's trends have a reason
+# to come out differently in any short run: dropout slows early fitting and only pays off against over-fitting later,
+# and a deeper model can trail a shallower one before it has had the steps to use its depth. What is asserted below
+# is what this notebook can guarantee: every variant trained and is the model it claims to be.
+#
+# The variants are checked against their definitions, parameter by parameter: the (A) rows keep the base's parameter
+# count exactly (the paper varies heads "keeping the amount of computation constant"); (B) removes
+# $(4d_{model}+3)\cdot h\cdot(d_k - d_{model}/8)$ parameters from each of the $N_{enc} + 2N_{dec}$ attention modules (three
+# $d_{model} \times h d_k$ projections and $W^O$, with biases); (E) adds one $d_{model}$-wide table of `max_len` rows to
+# each of the two embeddings.
 
 # %%
 with open("metrics.json", "w") as f:
@@ -103,6 +147,21 @@ with open("metrics.json", "w") as f:
 assert all(np.isfinite(r["val_ppl"]) for r in rows.values())                          # every variant trained
 assert all(r["stopped"] == "max steps" for r in rows.values())                          # for exactly `steps` steps
 assert len({round(r["val_ppl"], 6) for r in rows.values()}) == len(rows)                # and they differ
-assert rows["(B) d_k=D/8 (smaller keys)"]["params"] < b["params"]                       # the variants are what they claim
+# the variants are what they claim, counted from their definitions
+n_attn = base.n_enc_layers + 2 * base.n_dec_layers                                     # attention modules in the model
+assert rows["(A) h=1, d_k=D"]["params"] == rows["(A) h=8, d_k=D/8"]["params"] == b["params"]
+assert b["params"] - rows["(B) d_k=D/8 (smaller keys)"]["params"] == n_attn * (4 * D + 3) * base.n_heads * (base.head_dim - D // 8)
+assert rows["(E) learned positions"]["params"] - b["params"] == 2 * base.max_len * D
 assert rows["(C) 1 layer"]["params"] < b["params"]
-# how many trends keep the paper's sign is reported above (metrics["agreeing"]); at this budget it is noisy
+assert rows["base, other initial weights"]["params"] == b["params"] and margin > 0   # the yardstick is a real second run
+# which trends keep the paper's sign is reported above (metrics["signs"]), not asserted: see the text
+
+# %% [markdown]
+# ## Try it
+#
+# * `workbench notebooks run --only 11 -p STEPS_PER_VARIANT=1000` — five times the steps for every row (about two
+#   minutes a row on 2 CPU cores): which verdicts change, and does "no dropout is worse" start to agree with the paper?
+# * `workbench notebooks run --only 11 -p SEED=1` — the whole table from other seeds: which verdicts survive a change
+#   of seed? Only those are worth reading at this budget.
+# * `workbench notebooks run --only 11 -p TRAIN_PAIRS=5000` — a sixth of the data on the same steps: the models now
+#   repeat sentences; does removing dropout or label smoothing start to cost more?

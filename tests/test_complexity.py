@@ -26,22 +26,40 @@ from workbench.complexity import (
 def test_analytic_counts_follow_the_table():
     n, d, k, r = 50, 64, 3, 8
     assert layer_macs("self_attention", n, d) == 2 * n * n * d
-    assert layer_macs("recurrent", n, d) == n * d * d
+    assert layer_macs("recurrent", n, d) == 2 * n * d * d  # W_x x_t and W_h h_{t-1}: two products, like attention's
     assert layer_macs("convolutional", n, d, k=k) == k * n * d * d  # the square on d
     assert layer_macs("restricted", n, d, r=r) == 2 * r * n * d
     assert layer_macs("convolutional", n, 2 * d, k=k) == 4 * layer_macs("convolutional", n, d, k=k)
     rows = {row["layer"]: row for row in table1(n, d, k, r)}
     assert rows["convolutional"]["complexity"] == "O(k·n·d²)"
     assert sequential_ops("recurrent", n) == n and sequential_ops("self_attention", n) == 1
-    # self-attention's core is cheaper than the recurrent one while n < d / 2 (2 n^2 d < n d^2)
+    # self-attention's core is cheaper than the recurrent one while n < d (2 n^2 d < 2 n d^2), equal at n = d
     assert layer_macs("self_attention", 20, 64) < layer_macs("recurrent", 20, 64)
+    assert layer_macs("self_attention", 64, 64) == layer_macs("recurrent", 64, 64)
     assert layer_macs("self_attention", 200, 64) > layer_macs("recurrent", 200, 64)
+    # one unit for the path column: the recurrent layer's n steps are n layers of its unrolled cell
+    assert rows["recurrent"]["path_layers"] == analytic_path_length("recurrent", n) == sequential_ops("recurrent", n) == n
+
+
+@pytest.mark.parametrize("kind", ["self_attention", "recurrent", "convolutional"])
+@pytest.mark.parametrize("n,d", [(16, 32), (48, 16)])
+def test_table_counts_the_products_the_measured_layers_run(kind, n, d):
+    """Every row counts its layer's matrix products the same way: counted FLOPs are 2 x the table's multiply-adds."""
+    assert measure_layer(kind, n, d, k=3, repeats=1)["flops"] == 2 * layer_macs(kind, n, d, k=3)
+
+
+def test_restricted_window_holds_its_own_position_too():
+    """Restricted attention's window is r keys plus the query's own position: r + 1 keys, as counted."""
+    n, d, r = 32, 16, 8
+    assert measure_layer("restricted", n, d, r=r, repeats=1)["flops"] == 2 * layer_macs("restricted", n, d, r=r) * (r + 1) / r
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("n", [5, 13])
 def test_measured_path_length_matches_analytic(kind, n):
     assert measured_path_length(kind, n, k=3, r=4) == analytic_path_length(kind, n, k=3, r=4)
+    if kind == "recurrent":
+        assert measured_path_length(kind, n) == n  # unrolled: the signal crosses n applications of the cell
 
 
 def test_slope_fit_recovers_power_law():

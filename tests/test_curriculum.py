@@ -111,15 +111,28 @@ RELATIONS: dict[str, list[tuple[str, object]]] = {
 }
 
 
-@pytest.mark.parametrize("stem", STEMS)
+# the paper's curriculum, 01 to 11: each of these notebooks ends with exercises
+CURRICULUM = sorted(p.stem for p in NOTEBOOKS.glob("[01][0-9]_*.ipynb") if 1 <= int(p.stem[:2]) <= 11)
+
+
+def test_curriculum_is_complete():
+    assert [s[:2] for s in CURRICULUM] == [f"{i:02d}" for i in range(1, 12)], CURRICULUM
+
+
+@pytest.mark.parametrize("stem", CURRICULUM)
 def test_curriculum_notebook_ends_with_try_it_prompts_naming_real_parameters(stem):
-    """Each notebook closes with 2-3 exercises whose `-p NAME=VALUE` names a declared parameter."""
+    """Each notebook closes with 2-3 exercises whose `-p NAME=VALUE` names a declared parameter, each saying what to
+    look for (text after the command)."""
     nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     last = nb.cells[-1]
     assert last.cell_type == "markdown" and "Try it" in last.source
-    named = re.findall(rf"--only {stem[:2]} -p ([A-Z_]+)=", last.source)
-    assert 2 <= len(named) <= 3, named
+    bullets = re.split(r"^\* ", last.source, flags=re.M)[1:]
+    prompts = [re.match(rf"`workbench notebooks run --only {stem[:2]}((?: -p [A-Z_0-9]+=[^`]+?)+)`\s+— (.+)", b, re.S)
+               for b in bullets]
+    assert 2 <= len(prompts) <= 3 and all(prompts), bullets
+    named = [n for p in prompts for n in re.findall(r"-p ([A-Z_0-9]+)=", p[1])]
     assert set(named) <= set(notebook_parameters(NOTEBOOKS / f"{stem}.ipynb")), named
+    assert all(len(p[2].split()) >= 5 for p in prompts), bullets  # each says what to look for
 
 
 @pytest.fixture(scope="module")

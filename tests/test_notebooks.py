@@ -61,7 +61,6 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("offset_rank_correlation", lambda v: v > 0.8),
         ("rotation_error", lambda v: v < 1e-4),
         ("distance_formula_error", lambda v: v < 1e-3),
-        ("learned_relative_offset_spread", lambda v: v > 0.01),
         ("learned_refuses_long_input", lambda v: v is True),
         ("learned_load_refused", lambda v: v is True),
         ("sinusoidal_extends", lambda v: v is True),
@@ -92,6 +91,12 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("flop_ratio_at_n_eq_d", lambda v: _approx(v, 1.0, 1e-9)),
         ("recurrent_steps_equal_n", lambda v: v is True),
         ("path_lengths_match", lambda v: v is True),
+        ("recurrent_path_equals_steps", lambda v: v is True),  # one unit: n steps = n layers of the unrolled cell
+        ("table_ratio_error", lambda v: v < 1e-9),  # the table's attention/recurrent ratio is the counted one
+        # every row's counted FLOPs are 2 x the table's multiply-adds; restricted attention's window adds the query's
+        # own position to its r = 16 keys (the notebook's default R): a factor 17/16
+        ("counted_over_table", lambda v: all(abs(lo - t) < 1e-9 and abs(hi - t) < 1e-9 for (lo, hi), t in
+                                             ((v[k], 17 / 16 if k == "restricted" else 1.0) for k in v)) and len(v) == 4),
     ],
 }
 
@@ -107,6 +112,15 @@ N_KEYS_02 = 16  # notebook 02's default N_KEYS (checked against the notebook bel
 
 # checks that need several metrics at once: (what it shows, check of the whole metrics dict)
 DERIVED: dict[str, list[tuple[str, object]]] = {
+    "04_positional_encoding": [
+        # nearby learned positions are closer than distant ones: the rank correlation of distance with offset beats
+        # the 99th percentile of the same vectors in random order (1 % false alarms), and the untrained table does not
+        ("learned positions are ordered",
+         lambda m: m["learned_offset_rank_correlation"] > m["learned_shuffled_q99"]),
+        ("the untrained table is not", lambda m: m["untrained_offset_rank_correlation"] < m["untrained_shuffled_q99"]),
+        ("the sinusoids are more ordered still",
+         lambda m: m["learned_offset_rank_correlation"] < m["sinusoidal_offset_rank_correlation"]),
+    ],
     "02_scaled_dot_product_attention": [
         ("scaled Jacobian norm as derived", lambda m: _jacobian_as_derived(m, "scaled")),
         ("unscaled Jacobian norm as derived", lambda m: _jacobian_as_derived(m, "unscaled")),
@@ -134,10 +148,24 @@ DERIVED: dict[str, list[tuple[str, object]]] = {
         # greedy BLEU on the held-out half (about 20 sentences in SMOKE): 23.0 measured, 38.9 on the whole val set
         # (card); a model that does not translate scores under 5
         ("a real translator", lambda m: m["bleu_all_heads"] > 15),
+        # the pronoun section (shipped model, so SMOKE measures the default): "he" for "er"; a cross-attention head
+        # reads the antecedent most while writing it, far above the share a uniform head would give (1/13 here),
+        # and much less from the other output tokens; no encoder head reads it most from "er"
+        ("the model writes the pronoun", lambda m: m["pronoun_emitted"] == "he"),
+        ("a cross head reads the antecedent", lambda m: m["antecedent_max_cross"] > m["antecedent_uniform_share"]
+         and m["heads_reading_antecedent_most_cross"] >= 1
+         and m["antecedent_cross_elsewhere"] < m["antecedent_max_cross"] / 2),
+        ("encoder heads: above uniform, never the most read", lambda m: m["antecedent_max_enc"] > m["antecedent_uniform_share"]
+         and m["heads_reading_antecedent_most_enc"] == 0),
     ],
     "11_variations": [
         ("every variant trained and they differ",
          lambda m: len({round(r["val_ppl"], 6) for r in m["rows"].values()}) == len(m["rows"]) >= 6),
+        # the noise yardstick is a second base run that landed elsewhere, and every Table 3 claim got a verdict
+        # (the verdicts themselves are not asserted: at SMOKE size every directional trend is within that noise)
+        ("a real yardstick", lambda m: m["noise_margin_log_ppl"] > 0),
+        ("every claim judged", lambda m: len(m["signs"]) == 6 and all(
+            v["verdict"] in ("agrees", "within noise", "opposite", "differs") for v in m["signs"].values())),
     ],
 }
 
@@ -145,6 +173,8 @@ DERIVED: dict[str, list[tuple[str, object]]] = {
 def test_derived_checks_use_the_notebook_defaults():
     path = next(p for p in NOTEBOOKS if p.stem == "02_scaled_dot_product_attention")
     assert int(notebook_parameters(path)["N_KEYS"]["default"]) == N_KEYS_02
+    path = next(p for p in NOTEBOOKS if p.stem == "10_complexity")
+    assert int(notebook_parameters(path)["R"]["default"]) == 16  # the 17/16 of restricted attention's FLOP count
 
 
 # -- structure (no execution) -----------------------------------------------------------------------------------

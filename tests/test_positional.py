@@ -12,7 +12,9 @@ from workbench.positional import (
     SinusoidalPositionalEncoding,
     distance_matrix,
     expected_norm,
+    offset_rank_correlation,
     rotation_matrix,
+    shuffled_rank_correlations,
     sinusoidal_table,
 )
 
@@ -60,3 +62,26 @@ def test_modules_add_table_with_offset_and_check_length():
         pe(torch.zeros(1, 11, 8))
     learned = LearnedPositionalEncoding(8, 10)
     assert learned(x).shape == (1, 3, 8) and learned.table.requires_grad
+
+
+def test_offset_rank_correlation_of_ordered_and_shuffled_tables():
+    line = torch.arange(12.0)[:, None] * torch.tensor([[3.0, -4.0, 0.0]])  # rows p·v: distance 5·|p - q|, exact
+    assert offset_rank_correlation(distance_matrix(line)) == pytest.approx(1.0, abs=1e-12)
+    assert offset_rank_correlation(distance_matrix(line.flip(0))) == pytest.approx(1.0, abs=1e-12)
+    # ties share their mean rank: (3, 1, 2, 2, 5, 1) -> (4, 0.5, 2.5, 2.5, 5, 0.5)
+    from workbench.positional import _average_ranks
+    assert _average_ranks(torch.tensor([3.0, 1, 2, 2, 5, 1])).tolist() == [4.0, 0.5, 2.5, 2.5, 5.0, 0.5]
+    with pytest.raises(ValueError, match="at least 3"):
+        offset_rank_correlation(torch.zeros(2, 2))
+
+
+def test_shuffled_rank_correlations_are_the_shuffled_tables_and_centre_on_zero():
+    table = sinusoidal_table(18, 64)  # distances rise with the offset, with ties (they depend on the offset only)
+    dist = distance_matrix(table)
+    fast = shuffled_rank_correlations(table, 20, torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    direct = [offset_rank_correlation(dist[perm][:, perm]) for perm in (torch.randperm(18, generator=g) for _ in range(20))]
+    torch.testing.assert_close(fast, torch.tensor(direct, dtype=torch.float64))
+    null = shuffled_rank_correlations(table, 2000, torch.Generator().manual_seed(0))
+    assert abs(float(null.mean())) < 3 * float(null.std()) / math.sqrt(2000)  # no order left: centred on 0
+    assert offset_rank_correlation(dist) > float(null.quantile(0.99))  # the real order is far in the tail

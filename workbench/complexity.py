@@ -13,6 +13,12 @@ Per-layer complexity (n = sequence length, d = width, k = kernel, r = neighbourh
 Note the square on d in the convolutional row: a k-wide convolution mapping d channels to d channels costs
 k * d * d multiply-adds per position. (Study notes sometimes print O(k n d), which is a misprint.)
 
+Units, the same for every row. Work is counted in multiply-adds of the matrix products the layer runs (one
+multiply-add = 2 FLOPs, what ``torch.utils.flop_counter`` reports): both products of attention (QK^T and the
+weighted sum of V) and both of the recurrent cell (W_x x_t and W_h h_{t-1}); the projections of attention are left
+out, as in the paper's table. Path lengths are counted in layers a signal crosses; unrolled in time, the recurrent
+layer is n applications of one cell, so its path between the two ends of the sequence is n of those layers.
+
 One implementation of each row's layer (:func:`make_layer`), one measurer (:func:`measure_layer`: counted FLOPs,
 peak tensor memory, median time and sequential steps, through :mod:`workbench.measure`) and one path-length
 finder (:func:`measured_path_length`, contiguous or dilated convolutions included), beside the analytic counts.
@@ -41,12 +47,16 @@ def _unknown(kind: str) -> ValueError:
 
 # -- analytic --------------------------------------------------------------------------------------------------------
 def layer_macs(kind: str, n: int, d: int, k: int = 3, r: int = 8) -> int:
-    """Multiply-adds of the core operation of one layer over a length-n sequence (projections excluded for
-    attention, as in the paper's table: QK^T and the weighted sum of V, 2 * n * n * d)."""
+    """Multiply-adds of the matrix products of one layer over a length-n sequence, counted alike for every kind
+    (2 FLOPs each): attention's QK^T and weighted sum of V, 2 * n * n * d (its projections excluded, as in the
+    paper's table); the recurrent cell's W_x x_t and W_h h_{t-1} at every step, 2 * n * d * d; the convolution's
+    k * d * d per position; restricted attention's two products over r keys, 2 * r * n * d. The measured layers
+    (:func:`make_layer`) run exactly these, except that restricted attention's window also holds the query's own
+    position (r + 1 keys)."""
     if kind == "self_attention":
         return 2 * n * n * d
     if kind == "recurrent":
-        return n * d * d  # W_hh h_{t-1} at every step (the input projection adds another n d^2)
+        return 2 * n * d * d  # W_x x_t and W_h h_{t-1} at every step
     if kind == "convolutional":
         return k * n * d * d
     if kind == "restricted":
@@ -77,10 +87,13 @@ def analytic_path_length(kind: str, n: int, k: int = 3, r: int = 8, dilated: boo
     """Layers needed before output position n-1 depends on input position 0 (the table's last column).
 
     ``dilated`` (convolutional only): causal kernels of width k with dilations 1, k, k², ... reach back
-    k**L - 1 positions after L layers, so ceil(log_k n) layers.
+    k**L - 1 positions after L layers, so ceil(log_k n) layers. Recurrent: the layer unrolled in time is n
+    applications of its cell, and the signal from position 0 crosses all of them, so n layers (the O(n) of the table).
     """
-    if n <= 1 or kind in ("self_attention", "recurrent"):
-        return 1  # recurrent: one layer, but through n sequential steps (see sequential_ops)
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
     # our layers use centred neighbourhoods: a kernel of width k (or a window of r keys) reaches (k-1)/2 (r/2)
     # positions to each side, so one layer moves information that far
     if kind == "convolutional":
@@ -109,7 +122,7 @@ def table1(n: int, d: int, k: int = 3, r: int = 8) -> list[dict[str, Any]]:
         rows.append({
             "layer": kind, "complexity": ops, "sequential": seq, "max_path": path,
             "macs": layer_macs(kind, n, d, k, r), "sequential_ops": sequential_ops(kind, n),
-            "path_layers": n if kind == "recurrent" else analytic_path_length(kind, n, k, r, dilated=kind == "convolutional"),
+            "path_layers": analytic_path_length(kind, n, k, r, dilated=kind == "convolutional"),
         })
     return rows
 
@@ -167,6 +180,18 @@ class RecurrentLayer(nn.Module):
             outs.append(h)
             self.steps += 1
         return torch.stack(outs, 1)  # (B, n, d)
+
+    def last_output(self, x: Tensor, cells: int) -> Tensor:
+        """The output at the last position computed by only the last ``cells`` applications of the cell (the state
+        restarted from zero ``cells`` positions back): the unrolled recurrence cut to a depth of ``cells`` layers.
+
+        Shapes: x (B, n, d) -> (B, d).
+        """
+        n = x.shape[1]
+        h = torch.zeros(x.shape[0], x.shape[2])  # (B, d)
+        for t in range(max(0, n - cells), n):
+            h = torch.tanh(self.w_x(x[:, t]) + self.w_h(h))
+        return h
 
 
 class ConvLayer(nn.Module):
@@ -232,13 +257,22 @@ def measured_path_length(kind: str, n: int, k: int = 3, r: int = 8, d: int = 4, 
     """Stack layers of ``kind`` until the last output position depends on input position 0 (by autograd).
 
     ``dilated`` (convolutional only): layer L is a causal convolution with dilation k**(L-1), the paper's
-    O(log_k n) case. For the recurrent layer this is 1 layer (the dependency goes through n sequential steps).
+    O(log_k n) case. Recurrent: the layer unrolled in time is a stack of cell applications, so the depth tried is
+    the number of cells unrolled before the last position (:meth:`RecurrentLayer.last_output`); it reaches position
+    0 at n cells, the same unit as the other rows.
     """
     if dilated and kind != "convolutional":
         raise ValueError(f"dilated=True applies to the convolutional kind, not {kind!r}")
     max_layers = max_layers or n + 1
     torch.manual_seed(0)
     x = torch.randn(1, n, d, requires_grad=True)
+    if kind == "recurrent":
+        cell = RecurrentLayer(d)
+        for depth in range(1, max_layers + 1):
+            grad = torch.autograd.grad(cell.last_output(x, depth).sum(), x)[0]
+            if grad[0, 0].abs().sum() > 0:
+                return depth
+        raise RuntimeError(f"position 0 never reached position {n - 1} within {max_layers} cells")
     h = x
     for depth in range(1, max_layers + 1):
         h = make_layer(kind, d, k, r, dilation=k ** (depth - 1) if dilated else None)(h)  # built as it is needed
