@@ -28,9 +28,9 @@ SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty: the shipped small-de-en
 N_EVAL: int = 200  # validation sentences for statistics, importance and pruning (SMOKE: 40)
 SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz ."  # sentence to inspect
-PRONOUN_SENTENCE: str = "Ein Junge greift sich ans Bein während er in die Luft springt."  # a pronoun after its antecedent
-ANTECEDENT: str = "Junge"  # the word of PRONOUN_SENTENCE the pronoun refers to
-PRONOUN: str = "er"  # the German pronoun (its first occurrence after ANTECEDENT is used)
+PRONOUN_SENTENCE: str = "Vier Männer sind im Freien und blicken von der grünen Brücke, auf der sie stehen, hinunter."  # a pronoun after its antecedent
+ANTECEDENT: str = "Männer"  # the word of PRONOUN_SENTENCE the pronoun refers to
+PRONOUN: str = "sie"  # the German pronoun (its first occurrence after ANTECEDENT is used)
 
 # %%
 import json
@@ -85,7 +85,7 @@ for kind in ("enc_self", "dec_self", "cross"):
 #
 # The notes-style sentence *"Der Hund rennt über die Wiese, weil er einen Ball fangen will."* does not serve: the
 # model rephrases it without a pronoun (printed below). The default `PRONOUN_SENTENCE` is taken from the
-# test_2016_flickr split (never trained on), where the reference has "he" too. The measure is the weight each head
+# test_2016_flickr split (never trained on), where the reference has "they" too. The measure is the weight each head
 # puts on the antecedent's subword tokens, against the share uniform attention over the source would give them.
 
 # %%
@@ -145,12 +145,17 @@ metrics.update(pronoun_emitted=out_words[en_w], antecedent_uniform_share=uniform
 
 # %% [markdown]
 # What the numbers above say for the default sentence (asserted at the end when `PRONOUN_SENTENCE` is the default):
-# the model writes "he", and while it does, one cross-attention head reads "Junge" more than any other source word,
-# with far more than a uniform share, although the German word being translated at that point is "er". The same
-# head reads "Junge" from "boy", its translation, and hardly from anywhere else: it is an alignment head that, at the
-# pronoun, looks at the antecedent rather than at the pronoun. The encoder tells a weaker story: some heads put more
-# than a uniform share on "Junge" when encoding "er", but none reads it most; other nouns ("Bein", "Luft") and the
-# pronoun itself get more. One sentence and one small model prove nothing general: try other sentences with
+# the model writes "they" for "sie", and while it does, the best cross-attention head puts about three times a
+# uniform share on "Männer" — far more than it gives "Männer" from the other output words — yet no head reads
+# "Männer" *most*: the words around the relative clause ("Brücke", "stehen") draw more. The encoder is similar: some
+# heads give "Männer" more than a uniform share when encoding "sie", none reads it most. This is a weaker story than
+# the study notes' "it → animal" picture, and the notebook says so rather than picking a sentence until one fits.
+# (An earlier, less trained version of the shipped model wrote "he" for "Ein Junge greift sich ans Bein während er in
+# die Luft springt." with one head on "Junge"; today's model writes "while jumping" and no pronoun at all: this model
+# mostly avoids pronouns, so few test sentences can serve. The choice rule: the first test sentence with "er"/"sie"
+# whose translation renders that pronoun with an English one; an earlier match, "... hinter ihr" → "behind her",
+# translates "ihr", not "sie".)
+# One sentence and one small model prove nothing general: try other sentences with
 # `PRONOUN_SENTENCE`, `ANTECEDENT` and `PRONOUN`, and expect heads like this to be found in some, not in all.
 
 # %% [markdown]
@@ -290,10 +295,11 @@ assert metrics["best_alignment_agreement"] > 2 * metrics["chance_alignment"]
 assert metrics["pronoun_emitted"] in EN_PRONOUNS
 assert metrics["antecedent_max_cross"] > metrics["antecedent_uniform_share"]
 assert metrics["antecedent_max_enc"] > metrics["antecedent_uniform_share"]
-if (PRONOUN_SENTENCE, ANTECEDENT, PRONOUN) == ("Ein Junge greift sich ans Bein während er in die Luft springt.", "Junge", "er"):
-    # what the prose says of the default sentence: "he"; one cross head reads "Junge" most, no encoder head does
-    assert metrics["pronoun_emitted"] == "he"
-    assert metrics["heads_reading_antecedent_most_cross"] >= 1 and metrics["heads_reading_antecedent_most_enc"] == 0
+if (PRONOUN_SENTENCE, ANTECEDENT, PRONOUN) == ("Vier Männer sind im Freien und blicken von der grünen Brücke, auf der sie stehen, hinunter.", "Männer", "sie"):
+    # what the prose says of the default sentence: "they"; the antecedent gets more than a uniform share, but no head
+    # of either kind reads "Männer" most, and the best cross head's weight on it is specific to the pronoun row
+    assert metrics["pronoun_emitted"] == "they"
+    assert metrics["heads_reading_antecedent_most_cross"] == 0 and metrics["heads_reading_antecedent_most_enc"] == 0
     assert metrics["antecedent_cross_elsewhere"] < metrics["antecedent_max_cross"] / 2   # specific to the pronoun row
 
 # %% [markdown]
