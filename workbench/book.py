@@ -473,7 +473,7 @@ def models_markdown(root: str | Path | None = None) -> tuple[str, list[str]]:
     names = list_pretrained(folder)
     lines = ["# Shipped models", ""]
     if not names:
-        lines.append("No trained model is installed with this copy of the workbench (`workbench/weights/` holds "
+        lines.append("No trained model is installed with this copy of the workbench (`workbench/pretrained/` holds "
                      "none). The notebooks that need one train a small model themselves or take a `CHECKPOINT` "
                      "parameter.")
     for name in names:

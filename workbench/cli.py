@@ -407,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("build", help="turn a training run into a shipped model folder with its card")
     q.add_argument("run_dir")
     q.add_argument("--name", required=True)
-    q.add_argument("--out", required=True, help="model folder to write (e.g. workbench/weights/NAME)")
+    q.add_argument("--out", required=True, help="model folder to write (e.g. workbench/pretrained/NAME)")
     q.add_argument("--train-command", required=True, help="the exact command that trained the run (for the card)")
     q.add_argument("--title", required=True)
     q.add_argument("--summary", default="")

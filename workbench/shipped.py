@@ -1,6 +1,6 @@
 """Trained translators that ship inside the package: ``workbench.pretrained(name) -> (model, tokenizer, card)``.
 
-Each model lives in ``workbench/weights/NAME/``:
+Each model lives in ``workbench/pretrained/NAME/``:
 
     model.safetensors   the weights in half precision (no pickle; loaded back as float32)
     config.json         architecture, model config, vocabulary sizes, languages
@@ -27,7 +27,7 @@ from .errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "pretrained"
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "CARD.md")  # hashed in card.json
 
 
@@ -70,13 +70,13 @@ def verify_pretrained(name: str, root: str | Path | None = None) -> dict[str, An
             raise PretrainedError(f"{folder / 'card.json'} records no SHA-256 for {fname}: the card is incomplete")
         if not path.exists():
             raise PretrainedError(f"{path} is missing: reinstall the package (pip install --force-reinstall "
-                                  "attention-workbench) or restore it with `git checkout -- workbench/weights`")
+                                  "attention-workbench) or restore it with `git checkout -- workbench/pretrained`")
         actual = sha256_file(path)
         if actual != recorded[fname]:
             raise PretrainedError(
                 f"{path} does not match its recorded SHA-256 (expected {recorded[fname][:12]}..., found "
                 f"{actual[:12]}...): the file was changed or truncated. It was left as it is; restore it with "
-                "`git checkout -- workbench/weights` or reinstall the package"
+                "`git checkout -- workbench/pretrained` or reinstall the package"
             )
     return card
 
