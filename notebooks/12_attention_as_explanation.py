@@ -48,7 +48,6 @@ N_ABLATE: int = 4  # cross-attention heads switched off in each group of section
 
 # %%
 import json
-import math
 import time
 
 import numpy as np
@@ -329,11 +328,12 @@ metrics.update(logprob_all_heads=full, logprob_drop_most_agreeing=drop["most agr
 #   smears it over the sentence (on the sentence above, rollout piles weight on the first source token and the flow
 #   is almost flat): it picks the aligner's word barely more often than chance. Integrated gradients, which
 #   does not look at attention at all, agrees with the aligner most often.
-# * **The heads that agree are the heads that matter, at the level of layers.** The most agreeing heads sit in the
-#   last decoder layer, the least agreeing in the first; switching off the first hurts the held-out references much
-#   more than switching off the second, and random sets land in between. The layer-matched control tells the rest:
-#   the *least* agreeing heads of that same last layer hurt about as much (on some samples more), and more than
-#   random heads, so agreement picks out which layer the translation leans on, not which head inside it.
+# * **Agreement tells layers apart, not heads.** The least agreeing heads sit in the first decoder layer, and switching
+#   them off costs almost nothing, less than random sets of as many heads. The most agreeing heads sit in the last
+#   layer and cost more to lose than the least agreeing ones. But inside that layer agreement does not rank the heads:
+#   the layer-matched control (the same layer's *least* agreeing heads) hurts about as much as the most agreeing
+#   ones, on some samples more, and with two heads per group the most agreeing pair can hurt less than a random
+#   pair (see Try it). Agreement picks out which layer the translation leans on, not which head inside it.
 # * **Contrast asks a narrower question.** "Why *girl*?" and "why *girl* rather than *boy*?" both point at *Mädchen*
 #   on the default sentence, the word the aligner links to *girl*; the contrast moves some weight elsewhere (the
 #   adjective *kleines*, whose neuter ending suits *Mädchen* and not *Junge*, gains) and shows which words push
@@ -360,14 +360,12 @@ assert min(metrics["spearman_gap_z"][f"{m}/diagonal"] for m in METHODS) > 3
 assert metrics["alignment_gap_z"]["cross last"] > 3 and metrics["alignment_gap_z"]["integrated_gradients"] > 3
 # the rollout points at the aligner's word less often than raw last-layer attention (3 s.e. over sentences)
 assert metrics["alignment_last_minus_rollout_z"] > 3
-# heads ranked by agreement on one half, damage on the other: most agreeing > random > least agreeing
-assert (metrics["logprob_drop_most_agreeing"] > metrics["logprob_drop_random_mean"]
-        > metrics["logprob_drop_least_agreeing"])
-# ... but within the most agreeing heads' layers, the least agreeing heads are no safer to remove than random ones:
-# they hurt more than random sets (which mostly draw from the layers that matter less). Undefined when the most
-# agreeing set fills its layers (N_ABLATE of 8 or more), so then not checked.
-if not math.isnan(metrics["logprob_drop_layer_matched"]):
-    assert metrics["logprob_drop_layer_matched"] > metrics["logprob_drop_random_mean"]
+# heads ranked by agreement on one half, damage on the other: the least agreeing heads cost less to lose than the most
+# agreeing ones (falls below 0.02 against 0.12 to 0.28, 4 heads, on every split of 30 sentences we tried) and than
+# random heads. Most agreeing > random is not claimed: it held for 4 heads on those splits but not for 2, and the
+# layer-matched control shows why: agreement ranks layers, not heads within a layer.
+assert metrics["logprob_drop_least_agreeing"] < metrics["logprob_drop_most_agreeing"]
+assert metrics["logprob_drop_least_agreeing"] < metrics["logprob_drop_random_mean"]
 # what was attributed is the log-probability gap that a plain forward pass gives (float32 logits: 1e-4)
 assert abs(metrics["contrast_value"] - metrics["contrast_logprob_gap"]) < 1e-4
 # the contrast is explained by the word the aligner links to the target (a lexical contrast such as girl/boy)
@@ -382,6 +380,8 @@ assert metrics["contrast_strongest_word"] == metrics["contrast_aligner_word"]
 # * `workbench notebooks run --only 12 -p CONTRAST_FOIL=child` — "girl rather than child" instead of "rather than boy":
 #   compare which words push towards the foil; a foil that the model finds almost as likely gives a small, sharper
 #   contrast.
-# * `workbench notebooks run --only 12 -p N_ABLATE=2` — two heads per group: the most agreeing pair still hurts more
-#   than random pairs, and the layer-matched control shows whether that holds head by head within the last layer.
-#   (With `N_ABLATE=8` the most agreeing set is the whole last layer, and the control is left empty.)
+# * `workbench notebooks run --only 12 -p N_ABLATE=2` — two heads per group: on a 10-sentence sample the two most
+#   agreeing heads (both in the last layer) hurt *less* than random pairs and even less than the two least agreeing
+#   ones, while the same layer's two least agreeing heads hurt several times more. The closing check "least agreeing
+#   < most agreeing" then fails (the run is reported as failed, after metrics.json is written): it is a claim about
+#   groups of four, where the last layer's joint contribution shows, not about single heads.
