@@ -4,8 +4,9 @@
     python bench/readme_table.py --write    # replace the block between the README's bench markers
 
 Every figure in that block names the file it comes from; ``tests/test_benchmark.py`` fails when the README block
-and the committed results disagree. Two kinds of result are read: ``workbench bench --json`` reports (they have
-``"suites"``) and ``bench/translate_multi30k.py --json`` reports (they have ``"headline"``).
+and the committed results disagree. Three kinds of result are read: ``workbench bench --json`` reports (they have
+``"suites"``), ``bench/translate_multi30k.py --json`` reports (they have ``"headline"``) and
+``bench/attention_vs_attribution.py`` reports (they have ``"ig_completeness"``).
 """
 
 from __future__ import annotations
@@ -79,6 +80,24 @@ def _translate_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, s
     return [(figure, value, name)]
 
 
+def _agreement_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]:
+    a, n = report["agreement"], report["sentences"]
+    ig = "spearman/integrated_gradients"
+    rho = " / ".join(f"{a[f'{ig}/{c}']['mean']:.2f}" for c in ("cross last", "cross mean", "rollout", "diagonal", "random"))
+    align = " / ".join(f"{a[f'align/{c}']['mean']:.2f}" for c in ("cross last", "rollout", "integrated_gradients", "uniform"))
+    drop = report["ablation"]["logprob_drop"]
+    rows = [
+        (f"attention vs integrated gradients ({report['ig_steps']} steps), mean Spearman ρ per output token, {n} "
+         f"{report['split']} sentences: last layer / all layers / rollout / diagonal prior / random scores", rho),
+        ("most weighed source word = IBM-1's: last-layer attention / rollout / integrated gradients / uniform guess", align),
+        (f"fall in held-out log p(reference token) with {len(report['ablation']['most_agreeing_heads'])} cross heads "
+         "off: most / random / least agreeing with integrated gradients",
+         f"{drop['most agreeing']:.3f} / {report['ablation']['logprob_drop_random_mean']:.3f} / {drop['least agreeing']:.3f}"),
+        ("integrated gradients completeness error (all scored tokens)", f"{100 * report['ig_completeness']['relative_error']:.1f} %"),
+    ]
+    return [(figure, value, name) for figure, value in rows]
+
+
 def render(results: Path = RESULTS) -> str:
     """The README block (markers included) for every JSON result in ``results``."""
     files = sorted(results.glob("*.json")) if results.is_dir() else []
@@ -95,8 +114,11 @@ def render(results: Path = RESULTS) -> str:
                 rows += _translate_rows(report, path.name)
             elif "suites" in report:
                 rows += _bench_rows(report, path.name)
+            elif "ig_completeness" in report:
+                rows += _agreement_rows(report, path.name)
             else:
-                raise ValueError(f"{path}: neither a `workbench bench` report nor a translate_multi30k.py report")
+                raise ValueError(f"{path}: neither a `workbench bench` report nor a translate_multi30k.py or "
+                                 "attention_vs_attribution.py report")
             sources.append(f"- {_where(report, path.name)}")
         lines += ["| figure | measured | from |", "|---|---|---|"]
         lines += [f"| {figure} | {value} | `{name}` |" for figure, value, name in rows]

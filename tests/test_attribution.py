@@ -13,9 +13,15 @@ from workbench.align import ibm1
 from workbench.attribution import (
     attention_summaries,
     attribute,
+    completeness,
+    diagonal_prior,
+    head_agreement,
+    mean_se,
     measure_agreement,
+    paired_gap,
     source_embeddings,
     spearman,
+    summarise_agreement,
     token_id,
     word_alignment,
 )
@@ -206,3 +212,60 @@ def test_token_id_for_a_typed_foil(subword_tokenizer):
         token_id(subword_tokenizer, "  ")
     with pytest.raises(AttributionError, match="<unk>"):
         token_id(subword_tokenizer, "\u2603")
+
+
+def test_measure_agreement_baselines_and_heads(subword_tokenizer, small_pairs):
+    tok = subword_tokenizer
+    torch.manual_seed(0)
+    model = build_model(preset("tiny"), tok.src_vocab_size, tok.tgt_vocab_size).eval()
+    t_prob = ibm1(small_pairs[:300], iterations=3)
+    sentences = [s for s, _ in small_pairs[:3]]
+    kw = dict(methods=("input_x_gradient", "integrated_gradients"), n_steps=8, baselines=True, per_head=True)
+    rows = measure_agreement(model, tok, sentences, t_prob=t_prob, seed=1, **kw)
+    for row in rows:
+        assert -1 <= row["spearman/integrated_gradients/random"] <= 1
+        assert -1 <= row["spearman/input_x_gradient/diagonal"] <= 1
+        heads = torch.tensor(row["head_spearman/integrated_gradients"])
+        assert heads.shape == (model.cfg.n_dec_layers, model.cfg.n_heads)
+        # every token's |delta| is at most the worst relative error times its |change|, so the sums obey it too
+        assert row["ig/abs_change"] > 0 and row["ig/abs_delta"] <= row["ig/max_relative_error"] * row["ig/abs_change"] + 1e-12
+        # the uniform guess: 1 / number of source words (whitespace words of the sentence, as the aligner sees it)
+        if not math.isnan(row["align/uniform"]):
+            assert row["align/uniform"] == pytest.approx(1 / len(row["source"].split()))
+        assert "align/diagonal" in row and "align/random" in row
+    assert head_agreement(rows, "integrated_gradients").shape == (model.cfg.n_dec_layers, model.cfg.n_heads)
+    # the random baseline is seeded: the same seed gives the same draw, another seed another one
+    again = measure_agreement(model, tok, sentences, t_prob=t_prob, seed=1, **kw)
+    other = measure_agreement(model, tok, sentences, t_prob=t_prob, seed=2, **kw)
+    key = "spearman/integrated_gradients/random"
+    assert [r[key] for r in again] == [r[key] for r in rows] and [r[key] for r in other] != [r[key] for r in rows]
+    # without the options the rows carry none of these keys
+    plain = measure_agreement(model, tok, sentences[:1], t_prob=t_prob, methods=("saliency",), n_steps=4)
+    assert not any(k.endswith(("/random", "/diagonal", "/uniform")) or k.startswith(("ig/", "head_")) for k in plain[0])
+
+
+def test_diagonal_prior_favours_the_proportional_position():
+    d = diagonal_prior(3, 5)
+    assert d.shape == (3, 5) and d.max() == 1.0 and d.min() >= 0.0
+    assert d.argmax(-1).tolist() == [0, 2, 4]  # first -> first, middle -> middle, last -> last
+    assert d[0, 1] == pytest.approx(0.75) and d[1, 0] == pytest.approx(0.5)
+
+
+def test_mean_se_paired_gap_and_summaries_by_hand():
+    s = mean_se([1.0, 2.0, 3.0, float("nan")])
+    assert s["n"] == 3 and s["mean"] == pytest.approx(2.0) and s["se"] == pytest.approx(1 / math.sqrt(3))
+    rows = [{"a": 0.5, "b": 0.1}, {"a": 0.7, "b": 0.2}, {"a": 0.6, "b": float("nan")}, {"a": 0.9, "b": 0.3}]
+    g = paired_gap(rows, "a", "b")  # gaps 0.4, 0.5, 0.6 (the NaN row left out)
+    assert g["n"] == 3 and g["mean"] == pytest.approx(0.5) and g["se"] == pytest.approx(0.1 / math.sqrt(3))
+    assert g["z"] == pytest.approx(0.5 / (0.1 / math.sqrt(3)))
+    summary = summarise_agreement([{"spearman/x/y": 0.2, "align/y": 0.5, "source": "s", "head_spearman/x": [[0.1]]},
+                                   {"spearman/x/y": 0.4, "align/y": float("nan")}])
+    assert set(summary) == {"spearman/x/y", "align/y"}
+    assert summary["spearman/x/y"]["mean"] == pytest.approx(0.3) and summary["align/y"]["n"] == 1
+    c = completeness([{"ig/abs_delta": 0.1, "ig/abs_change": 4.0, "ig/max_relative_error": 0.05},
+                      {"ig/abs_delta": 0.3, "ig/abs_change": 6.0, "ig/max_relative_error": 0.2}])
+    assert c["relative_error"] == pytest.approx(0.04) and c["worst_token_relative_error"] == 0.2
+    with pytest.raises(AttributionError, match="baselines=True"):
+        completeness([{"spearman/x/y": 0.1}])
+    with pytest.raises(AttributionError, match="per_head=True"):
+        head_agreement([{"spearman/x/y": 0.1}])

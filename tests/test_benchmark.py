@@ -199,3 +199,27 @@ def test_readme_table_renders_each_figure_with_its_file(tmp_path):
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(ValueError, match="other.json"):
         table.render(tmp_path)
+
+
+def test_readme_table_renders_an_attention_vs_attribution_report(tmp_path):
+    table = _readme_table()
+    stat = lambda v: {"mean": v, "se": 0.01, "n": 1000}  # noqa: E731
+    ig = "spearman/integrated_gradients"
+    report = {"sentences": 1000, "split": "test_2016_flickr", "ig_steps": 32, "commit": "abcdef0123456789",
+              "device": "cpu", "cpu_model": "Some CPU", "threads": 2, "torch": "2.13.0",
+              "command": ["python", "bench/attention_vs_attribution.py"],
+              "agreement": {f"{ig}/cross last": stat(0.467), f"{ig}/cross mean": stat(0.465), f"{ig}/rollout": stat(0.341),
+                            f"{ig}/diagonal": stat(0.478), f"{ig}/random": stat(-0.01), "align/cross last": stat(0.553),
+                            "align/rollout": stat(0.156), "align/integrated_gradients": stat(0.699),
+                            "align/uniform": stat(0.101)},
+              "ablation": {"most_agreeing_heads": [["cross", 2, 6]] * 4, "logprob_drop_random_mean": 0.0504,
+                           "logprob_drop": {"most agreeing": 0.2547, "least agreeing": -0.0066}},
+              "ig_completeness": {"relative_error": 0.0406}}
+    (tmp_path / "agreement.json").write_text(json.dumps(report))
+    out = table.render(tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert any("0.47 / 0.47 / 0.34 / 0.48 / -0.01" in r and "1000 test_2016_flickr" in r for r in rows), rows
+    assert any("0.55 / 0.16 / 0.70 / 0.10 | `agreement.json`" in r for r in rows)
+    assert any("4 cross heads" in r and "0.255 / 0.050 / -0.007" in r for r in rows)
+    assert any("completeness" in r and "4.1 %" in r for r in rows)
+    assert "`python bench/attention_vs_attribution.py`" in out

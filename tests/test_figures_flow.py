@@ -41,3 +41,17 @@ def test_token_bars_keep_repeated_tokens_apart_and_colour_by_sign():
     assert list(fig.data[0].x) == [0, 1, 2] and list(fig.layout.xaxis.ticktext) == ["the", "dog", "the"]
     assert list(fig.data[0].marker.color) == ["#1f77b4", "#d62728", "#1f77b4"]
     assert {"rollout_heatmap", "attention_vs_attribution", "token_bars"} <= set(figures.__all__)
+
+
+def test_grouped_bar_figure_groups_series_with_error_bars():
+    fig = figures.grouped_bar_figure(["saliency", "IG"], {"attention": [0.5, 0.4], "random": [0.0, np.nan]},
+                                     {"attention": [0.05, 0.02]}, title="agreement")
+    assert [t.name for t in fig.data] == ["attention", "random"] and fig.layout.barmode == "group"
+    np.testing.assert_allclose(np.asarray(fig.data[0].error_y.array), [0.05, 0.02])
+    assert fig.data[1].error_y.array is None
+    with pytest.raises(FigureInputError, match="not series"):
+        figures.grouped_bar_figure(["a"], {"x": [1.0]}, {"y": [0.1]})
+    with pytest.raises(FigureInputError):
+        figures.grouped_bar_figure(["a", "b"], {"x": [1.0]})
+    with pytest.raises(FigureInputError, match="no series"):
+        figures.grouped_bar_figure(["a"], {})

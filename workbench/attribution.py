@@ -99,9 +99,9 @@ def _log_prob_function(model: nn.Module) -> Any:
 
     def f(x: Tensor, src: Tensor, tgt_in: Tensor, position: Tensor, target: Tensor, foil: Tensor) -> Tensor:
         with _embeddings_replaced(model, x):
-            logits = model(src, tgt_in)  # (N, T, V)
-        rows = torch.arange(logits.shape[0], device=logits.device)
-        picked = logits[rows, position]  # (N, V)
+            hidden = model(src, tgt_in, project=False)  # (N, T, D): decoder states before the output projection
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        picked = model.generator(hidden[rows, position])  # (N, V): only the attributed position is projected
         logp = torch.log_softmax(picked.to(torch.promote_types(picked.dtype, torch.float32)), dim=-1)
         value = logp[rows, target]
         contrast = logp[rows, foil.clamp_min(0)]
@@ -310,6 +310,18 @@ def word_alignment(scores: Any, src_tokens: Sequence[str], out_tokens: Sequence[
     return [int(row.argmax()) for row in pooled]
 
 
+def diagonal_prior(n_out: int, n_src: int) -> Tensor:
+    """A position-only baseline: output position ``t`` favours source position ``j`` the closer ``j / (S - 1)`` is
+    to ``t / (T - 1)`` (a monotone, proportional alignment that ignores every word).
+
+    Shapes:
+        -> (T, S) in [0, 1], higher = more favoured (``1 - |t / (T - 1) - j / (S - 1)|``)
+    """
+    t = torch.arange(n_out, dtype=torch.float64)[:, None] / max(1, n_out - 1)
+    j = torch.arange(n_src, dtype=torch.float64)[None, :] / max(1, n_src - 1)
+    return 1.0 - (t - j).abs()
+
+
 def measure_agreement(
     model: nn.Module,
     tokenizer: Any,
@@ -318,6 +330,9 @@ def measure_agreement(
     methods: Sequence[str] = METHODS,
     n_steps: int = 32,
     progress: bool = False,
+    baselines: bool = False,
+    per_head: bool = False,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Attention-vs-attribution agreement, one row per sentence (greedy translation, teacher-forced).
 
@@ -326,11 +341,26 @@ def measure_agreement(
     given IBM Model 1 probabilities ``t_prob`` (:func:`workbench.align.ibm1`), the share of target words
     whose most-attributed / most-attended source word is the aligner's (:func:`alignment_agreement`).
 
+    Args:
+        baselines: also score what agreement looks like without attention: per method, the rank correlation
+            with random scores (``"spearman/<method>/random"``, a fresh uniform draw per token) and with the
+            position-only :func:`diagonal_prior` (``".../diagonal"``); for the aligner, a random source word per
+            target word (``"align/random"``), the expected agreement of a uniform guess (``"align/uniform"``,
+            the mean of 1 / number of source words over the aligned target words) and the diagonal prior
+            (``"align/diagonal"``). Integrated gradients also reports its completeness: ``"ig/abs_delta"``
+            (sum over tokens of |sum of scores - (f(x) - f(baseline))|), ``"ig/abs_change"`` (sum of
+            |f(x) - f(baseline)|) and ``"ig/max_relative_error"``.
+        per_head: also ``"head_spearman/<method>"``: an (L, H) nested list, the mean over output tokens of the
+            rank correlation between |attribution| and each cross-attention head on its own.
+        seed: seeds the random baselines (a ``numpy`` generator of its own; global state is untouched).
+
     Returns:
         Rows with ``"source"``, ``"translation"``, ``"spearman/<method>/<attention>"`` and
-        ``"align/<method or attention>"`` values (NaN where undefined, e.g. a one-word source).
+        ``"align/<method or attention>"`` values (NaN where undefined, e.g. a one-word source), plus the keys
+        above when asked.
     """
     rows = []
+    rng = np.random.default_rng(seed)
     todo: Any = sentences
     if progress:
         from tqdm.auto import tqdm
@@ -344,14 +374,38 @@ def measure_agreement(
         reference = ibm1_align(t_prob, sentence, ins.translation) if t_prob is not None else None
         row: dict[str, Any] = {"source": sentence, "translation": ins.translation}
         scores = {name: att for name, att in attention.items()}
+        T, S = len(ins.out_ids), len(ins.src_ids)
+        if baselines:
+            scores["diagonal"] = diagonal_prior(T, S)
+        heads = (torch.stack([ins.cache["cross", layer][0] for layer in ins.cache.layers("cross")]).double()
+                 if per_head else None)  # (L, H, T, S)
         for method in methods:
             a = attribute(model, ins.src_ids, tgt_in, targets=ins.out_ids, method=method, n_steps=n_steps)
             scores[method] = a.scores
+            mag = a.scores.abs()[keep]  # (T', S)
             for name, att in attention.items():
-                row[f"spearman/{method}/{name}"] = _mean_spearman(a.scores.abs()[keep], att[keep])
+                row[f"spearman/{method}/{name}"] = _mean_spearman(mag, att[keep])
+            if baselines:
+                row[f"spearman/{method}/random"] = _mean_spearman(mag, torch.from_numpy(rng.random(tuple(mag.shape))))
+                row[f"spearman/{method}/diagonal"] = _mean_spearman(mag, scores["diagonal"][keep])
+                if a.baseline_value is not None:
+                    change = (a.value - a.baseline_value)[keep]
+                    row["ig/abs_delta"] = float((a.scores.sum(-1)[keep] - change).abs().sum())
+                    row["ig/abs_change"] = float(change.abs().sum())
+                    row["ig/max_relative_error"] = float(a.relative_completeness_error()[keep].max()) if keep else math.nan
+            if heads is not None:
+                row[f"head_spearman/{method}"] = [[_mean_spearman(mag, h[keep]) for h in layer] for layer in heads]
         if reference is not None:
             for name, s in scores.items():
                 row[f"align/{name}"] = _agreement(word_alignment(s, ins.src_tokens, ins.out_tokens), reference)
+            if baselines:
+                # scored on the same sentences as the others: NaN where the aligner's words and the tokenizer's
+                # words disagree in number (as _agreement does), or where no target word has a link
+                n_words = max(word_spans(ins.src_tokens)) + 1
+                same_words = max(word_spans(ins.out_tokens)) + 1 == len(reference) and n_words > 0
+                guess = [int(rng.integers(n_words)) for _ in reference] if same_words else []
+                row["align/random"] = _agreement(guess, reference)
+                row["align/uniform"] = 1.0 / n_words if not math.isnan(row["align/random"]) else math.nan
         rows.append(row)
     return rows
 
@@ -366,3 +420,62 @@ def _agreement(predicted: list[int | None], reference: list[int | None]) -> floa
     if len(predicted) != len(reference):
         return math.nan  # the aligner's whitespace words and the tokenizer's words disagree: no score
     return alignment_agreement(predicted, reference)
+
+
+# -- summaries over sentences (the notebook's and the benchmark's tables) -----------------------------------------
+def _finite(values: Sequence[Any]) -> np.ndarray:
+    a = np.asarray([v for v in values if isinstance(v, int | float)], dtype=np.float64)
+    return a[np.isfinite(a)]
+
+
+def mean_se(values: Sequence[float]) -> dict[str, float]:
+    """Mean, standard error of the mean (sample standard deviation / sqrt(n)) and n of the finite values."""
+    a = _finite(values)
+    n = len(a)
+    return {"mean": float(a.mean()) if n else math.nan,
+            "se": float(a.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan, "n": n}
+
+
+def summarise_agreement(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """:func:`mean_se` over sentences of every scalar ``spearman/...`` and ``align/...`` key of
+    :func:`measure_agreement` rows (NaN sentences left out, so ``n`` can differ between keys)."""
+    keys = sorted({k for row in rows for k, v in row.items()
+                   if k.startswith(("spearman/", "align/")) and isinstance(v, int | float)})
+    return {k: mean_se([row.get(k, math.nan) for row in rows]) for k in keys}
+
+
+def paired_gap(rows: Sequence[dict[str, Any]], key: str, baseline: str) -> dict[str, float]:
+    """``row[key] - row[baseline]`` over the sentences where both are defined: mean, standard error, n, and
+    ``z`` = mean / standard error (how many standard errors the gap lies above zero)."""
+    gaps = [row[key] - row[baseline] for row in rows
+            if math.isfinite(row.get(key, math.nan)) and math.isfinite(row.get(baseline, math.nan))]
+    out = mean_se(gaps)
+    out["z"] = out["mean"] / out["se"] if out["n"] > 1 and out["se"] > 0 else math.nan
+    return out
+
+
+def completeness(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Integrated gradients' completeness over all scored tokens of ``rows`` (from ``baselines=True``):
+    ``relative_error`` = sum |sum of scores - (f(x) - f(baseline))| / sum |f(x) - f(baseline)|, and the worst
+    single token's relative error."""
+    done = [row for row in rows if "ig/abs_delta" in row]
+    if not done:
+        raise AttributionError("no integrated-gradients completeness in these rows: measure with "
+                               "methods including 'integrated_gradients' and baselines=True")
+    change = sum(row["ig/abs_change"] for row in done)
+    return {"relative_error": sum(row["ig/abs_delta"] for row in done) / change if change > 0 else math.nan,
+            "worst_token_relative_error": float(np.nanmax([row["ig/max_relative_error"] for row in done])),
+            "sentences": len(done)}
+
+
+def head_agreement(rows: Sequence[dict[str, Any]], method: str = "integrated_gradients") -> Tensor:
+    """Mean over sentences of each cross-attention head's rank agreement with ``method`` (``per_head=True`` rows).
+
+    Shapes:
+        -> (L, H)
+    """
+    key = f"head_spearman/{method}"
+    mats = [np.asarray(row[key], dtype=np.float64) for row in rows if key in row]
+    if not mats:
+        raise AttributionError(f"no {key!r} in these rows: measure with per_head=True and method {method!r}")
+    return torch.from_numpy(np.nanmean(np.stack(mats), axis=0))

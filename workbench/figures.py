@@ -869,4 +869,38 @@ def token_bars(tokens: Sequence[str], values: Any, title: str | None = None, yla
     return fig
 
 
-__all__ += ["attention_vs_attribution", "rollout_heatmap", "row_shares", "token_bars"]
+def grouped_bar_figure(categories: Sequence[Any], series: Mapping[str, Any], errors: Mapping[str, Any] | None = None,
+                       title: str | None = None, ylabel: str = "", xlabel: str = "") -> go.Figure:
+    """Bars grouped by category, one colour per series, with optional ± error bars (e.g. standard errors).
+
+    Used for agreement scores: categories are attribution methods, series are attention summaries and baselines.
+
+    Args:
+        categories: C group labels along x.
+        series: name -> C values (NaN leaves a gap).
+        errors: name -> C half-widths of the error bars, for any of the series.
+
+    Shapes:
+        each series and error: (C,)
+    """
+    cats = [_esc(c) for c in categories]
+    if not series:
+        raise FigureInputError("no series to draw: pass {name: one value per category}")
+    unknown = sorted(set(errors or {}) - set(series))
+    if unknown:
+        raise FigureInputError(f"errors for {unknown}, which are not series: the series are {list(series)}")
+    fig = go.Figure()
+    for name, values in series.items():
+        vals = _series(values, len(cats), name)
+        err = None
+        if errors and name in errors:
+            err = {"type": "data", "array": _series(errors[name], len(cats), f"errors of {name}"), "visible": True}
+        fig.add_trace(go.Bar(x=cats, y=vals, name=_esc(name), error_y=err,
+                             hovertemplate=f"{_esc(name)}<br>%{{x}}: %{{y:.3f}}<extra></extra>"))
+    fig.update_layout(title=title, barmode="group", xaxis_title=xlabel, yaxis_title=ylabel, height=420,
+                      width=max(480, 40 * len(cats) * len(series) + 260))
+    fig.update_xaxes(type="category")
+    return fig
+
+
+__all__ += ["attention_vs_attribution", "grouped_bar_figure", "rollout_heatmap", "row_shares", "token_bars"]
