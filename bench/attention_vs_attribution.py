@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=32, help="integration steps of integrated gradients")
     ap.add_argument("--align-pairs", type=int, default=10000, help="training pairs for the IBM Model 1 aligner")
     ap.add_argument("--ablate", type=int, default=4, help="heads switched off in each group")
-    ap.add_argument("--random-sets", type=int, default=5, help="random head sets of the same size (the baseline)")
+    ap.add_argument("--random-sets", type=int, default=20, help="random head sets of the same size (the baseline)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")

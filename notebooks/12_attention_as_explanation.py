@@ -41,7 +41,7 @@ CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty
 SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz ."  # the sentence of sections 1 and 2
 CONTRAST_TARGET: str = "girl"  # a word of its translation to explain
 CONTRAST_FOIL: str = "boy"  # the word it is contrasted with: why the target and not this one?
-N_SENTENCES: int = 300  # test_2016_flickr sentences for the agreement study (SMOKE: 10)
+N_SENTENCES: int = 300  # test_2016_flickr sentences for the agreement study (SMOKE: 20)
 IG_STEPS: int = 32  # integrated-gradients steps over the test sentences (SMOKE: 16); section 1 also uses 4x
 N_ALIGN_PAIRS: int = 10000  # training pairs for the IBM Model 1 aligner (SMOKE: 2000)
 N_ABLATE: int = 4  # cross-attention heads switched off in each group of section 4
@@ -71,7 +71,7 @@ figures.setup_offline_renderer()
 wb.set_seed(SEED)
 cpu_start = time.process_time()
 metrics = {}
-n_sentences = 10 if SMOKE else N_SENTENCES
+n_sentences = 20 if SMOKE else N_SENTENCES
 ig_steps = 16 if SMOKE else IG_STEPS
 n_align_pairs = 2000 if SMOKE else N_ALIGN_PAIRS
 SUMMARIES = ("cross last", "cross mean", "rollout")  # the attention summaries compared with attributions
@@ -296,18 +296,18 @@ def reference_logprob(heads):
 
 gen = torch.Generator().manual_seed(SEED)
 all_heads = [("cross", layer, h) for layer in range(n_layers) for h in range(n_heads)]
-random_sets = [[all_heads[i] for i in torch.randperm(len(all_heads), generator=gen)[:N_ABLATE].tolist()] for _ in range(5)]
+random_sets = [[all_heads[i] for i in torch.randperm(len(all_heads), generator=gen)[:N_ABLATE].tolist()] for _ in range(20)]
 full = reference_logprob([])
 drop = {"most agreeing": full - reference_logprob(most), "least agreeing": full - reference_logprob(least),
         "layer-matched, least agreeing": full - reference_logprob(matched) if len(matched) == len(most) else float("nan")}
 drop_random = [full - reference_logprob(r) for r in random_sets]
-drop["random (mean of 5)"] = float(np.mean(drop_random))
+drop["random (mean of 20)"] = float(np.mean(drop_random))
 print(f"mean log p(reference token) on {len(held)} held-out sentences: {full:.3f} with every head")
 print("most agreeing:", most, "\nleast agreeing:", least, "\nlayer-matched control:", matched)
 figures.bar_figure(list(drop), list(drop.values()), title=f"switching off {N_ABLATE} cross-attention heads",
                    ylabel="fall in mean log p(reference token)").show()
 metrics.update(logprob_all_heads=full, logprob_drop_most_agreeing=drop["most agreeing"],
-               logprob_drop_least_agreeing=drop["least agreeing"], logprob_drop_random_mean=drop["random (mean of 5)"],
+               logprob_drop_least_agreeing=drop["least agreeing"], logprob_drop_random_mean=drop["random (mean of 20)"],
                logprob_drop_layer_matched=drop["layer-matched, least agreeing"],
                most_agreeing_heads=[list(h) for h in most], least_agreeing_heads=[list(h) for h in least])
 
