@@ -67,3 +67,24 @@ def subword_tokenizer(small_pairs):
     from workbench.tokenizer import SubwordTokenizer
 
     return SubwordTokenizer.train(small_pairs, vocab_size=2000)
+
+
+class SmokeRuns:
+    """The series' notebooks executed once per test session on SMOKE parameters, on demand (``tests/test_notebooks``
+    checks each one's claims, ``tests/test_book`` builds the SMOKE book from the same executed copies)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out  # reports/NN_name/NN_name.ipynb, the layout `workbench book build --from-reports` reads
+        self._results: dict[str, dict] = {}
+
+    def __call__(self, path: Path) -> dict:
+        from workbench.notebooks import run_notebook
+
+        if path.stem not in self._results:
+            self._results[path.stem] = run_notebook(path, self.out, smoke=True, threads=1, timeout=300)
+        return self._results[path.stem]
+
+
+@pytest.fixture(scope="session")
+def smoke_runs(tmp_path_factory) -> SmokeRuns:
+    return SmokeRuns(tmp_path_factory.mktemp("notebook_reports"))

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"]
-BOOK_NOTEBOOKS = ["02", "04"]  # the two quickest SMOKE notebooks: figures, math, and checks on every page
+SERIES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 # -- the concept map and the home page ---------------------------------------------------------------------------
@@ -191,14 +191,20 @@ def _parse(path: Path) -> _Links:
 
 
 @pytest.fixture(scope="module")
-def smoke_book(tmp_path_factory):
+def smoke_book(tmp_path_factory, smoke_runs):
+    """The whole series' SMOKE book, built from the notebooks the session executes once (tests/test_notebooks checks
+    each one's claims on the same executed copies)."""
     out = tmp_path_factory.mktemp("book")
     t0 = time.perf_counter()
-    result = book.build_book(out=out / "site", smoke=True, only=BOOK_NOTEBOOKS, reports=out / "reports", threads=1)
-    print(f"SMOKE book of notebooks {BOOK_NOTEBOOKS}: {time.perf_counter() - t0:.0f} s "
-          f"(notebooks {result.run_seconds:.0f} s, sphinx {result.sphinx_seconds:.0f} s)")
+    for path in SERIES:
+        smoke_runs(path)
+    t1 = time.perf_counter()
+    result = book.build_book(out=out / "site", from_reports=smoke_runs.out)
+    print(f"SMOKE book of {len(SERIES)} notebooks: notebooks {t1 - t0:.0f} s (0 when already run this session), "
+          f"sphinx {result.sphinx_seconds:.0f} s")
     assert result.ok, [(p.name, p.error) for p in result.pages]
-    assert sorted(q.name for q in out.iterdir()) == ["reports", "site"]  # nothing left beside the book
+    assert [p.name for p in result.pages] == [p.stem for p in SERIES]  # one page per notebook, in series order
+    assert sorted(q.name for q in out.iterdir()) == ["site"]  # nothing left beside the book
     unresolved = [w for w in result.warnings if "{nb}" in w or "mime" in w]
     assert not unresolved, unresolved  # every concept-map link found its section; every output had a renderer
     return result

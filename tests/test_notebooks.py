@@ -27,7 +27,6 @@ from workbench.notebooks import (
     notebook_parameters,
     notebooks_dir,
     parse_parameters,
-    run_notebook,
     run_series,
     select_notebooks,
 )
@@ -404,17 +403,7 @@ def test_run_series_writes_index_and_offline_html(tmp_path):
 
 
 # -- the real notebooks, on SMOKE parameters --------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("notebook_reports")
-    cache: dict[str, dict] = {}
-
-    def run(path: Path) -> dict:
-        if path.stem not in cache:
-            cache[path.stem] = run_notebook(path, out, smoke=True, threads=1, timeout=300)
-        return cache[path.stem]
-
-    return run
+# `smoke_runs` (tests/conftest.py) executes each notebook once per session; the SMOKE book reuses those copies
 
 
 @pytest.mark.notebook
