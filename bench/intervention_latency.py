@@ -1,16 +1,16 @@
 """Toggle-to-figure latency of the head-intervention inspector (issue 17 target: <= 300 ms on a 2-core CPU).
 
-    python bench/intervention_latency.py [--checkpoint runs/x/model.pt] [--tokens 30] [--max-extra 50] [--threads 1]
+    python bench/intervention_latency.py [--checkpoint small-de-en] [--tokens 30] [--max-extra 50] [--threads 1]
 
-Builds a ``small``-preset model (random weights unless a checkpoint is given) and a BPE tokenizer trained on the
-Multi30k train split, opens :class:`workbench.widgets.HeadInterventionInspector` on a validation sentence of
+Loads the shipped ``small-de-en`` translator (or a checkpoint file / run folder; ``--checkpoint random`` builds a
+randomly initialised ``small`` model with a BPE tokenizer trained on Multi30k), opens :class:`workbench.widgets.HeadInterventionInspector` on a validation sentence of
 ``--tokens`` subword tokens, switches heads (then whole layers) off and on again one at a time, and prints one
 JSON document: the server-side time from each toggle to updated figures (wall clock and process CPU time), split
 into model and figure time, with the machine's load average so that numbers taken on a busy machine are read
 as such. The default of one torch thread is the fastest for a batch of one sentence on a small CPU.
 
 A randomly initialised model never emits eos, so its "translation" runs to the length budget (source length +
-``--max-extra``): run with ``--max-extra 0`` as well to see a translation as long as the source.
+``--max-extra``): the worst case for the re-decoding.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import time
 import torch
 
 from workbench import build_model, preset
-from workbench.checkpoint import load_model
 from workbench.data import load_multi30k
 from workbench.intervene import intervened_greedy
+from workbench.shipped import load_any
 from workbench.tokenizer import SubwordTokenizer
 from workbench.widgets import HeadInterventionInspector
 
@@ -40,7 +40,8 @@ def _sentence(tok: SubwordTokenizer, pairs: list[tuple[str, str]], n_tokens: int
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoint", default=None, help="a trained checkpoint (model + tokenizer); default random small")
+    ap.add_argument("--checkpoint", default="small-de-en",
+                    help="shipped model name, checkpoint file or run folder; 'random' for an untrained small model")
     ap.add_argument("--tokens", type=int, default=30, help="source length in subword tokens (eos included)")
     ap.add_argument("--max-extra", type=int, default=50, help="greedy output budget beyond the source length")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the target is a 2-core CPU)")
@@ -48,8 +49,8 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     val = load_multi30k("val", "de", "en")
-    if args.checkpoint:
-        model, tok, _ = load_model(args.checkpoint)
+    if args.checkpoint != "random":
+        model, tok, _ = load_any(args.checkpoint)
     else:
         tok = SubwordTokenizer.train(load_multi30k("train", "de", "en"), vocab_size=8000)
         torch.manual_seed(0)
@@ -89,7 +90,7 @@ def main() -> int:
     med = {k: statistics.median(r[k] for r in runs) for k in ("wall_ms", "cpu_ms", "model_ms", "figures_ms")}
     print(json.dumps({
         "what": "HeadInterventionInspector toggle-to-figure time (server side)",
-        "model": args.checkpoint or "small preset, random init (seed 0)",
+        "model": args.checkpoint if args.checkpoint != "random" else "small preset, random init (seed 0)",
         "source_tokens": len(insp.original.src_ids), "original_output_tokens": len(insp.original.out_ids),
         "max_extra": args.max_extra, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
         "load_average_1_5_15": os.getloadavg(), "platform": platform.platform(), "torch": torch.__version__,

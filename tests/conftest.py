@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
@@ -88,3 +89,43 @@ class SmokeRuns:
 @pytest.fixture(scope="session")
 def smoke_runs(tmp_path_factory) -> SmokeRuns:
     return SmokeRuns(tmp_path_factory.mktemp("notebook_reports"))
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's Chromium; never a browser download
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium driven by playwright, shared by the browser tests of the session."""
+    playwright = require_module("playwright.sync_api", "pip install -e '.[dev]' (playwright drives Debian's Chromium)")
+    require(Path(CHROMIUM).exists(), f"Chromium at {CHROMIUM}", "apt-get install chromium (never a browser download)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def offline_page(browser):
+    """A page in a fresh context whose every non-file request is aborted and recorded.
+
+    Returns (context, page, requests that tried to leave, page errors); close the context when done.
+    """
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    left: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith("file:"):
+            r.continue_()
+        else:
+            left.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return context, page, left, errors

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 import urllib.request
 from html.parser import HTMLParser
@@ -17,15 +16,13 @@ from urllib.parse import unquote, urlsplit
 
 import nbformat
 import pytest
-from conftest import require, require_module
+from conftest import offline_page
 
 from workbench import book
 from workbench.errors import BookError
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"]
 SERIES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -210,37 +207,6 @@ def smoke_book(tmp_path_factory, smoke_runs):
     return result
 
 
-@pytest.fixture(scope="module")
-def browser():
-    playwright = require_module("playwright.sync_api", "pip install -e '.[dev]'")
-    require(Path(CHROMIUM).exists(), f"Chromium at {CHROMIUM}", "apt-get install chromium")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-def _offline_page(browser):
-    """A page in a fresh context whose every non-file request is aborted and recorded."""
-    context = browser.new_context(viewport={"width": 1300, "height": 900})
-    left: list[str] = []
-
-    def route(r):
-        if r.request.url.startswith("file:"):
-            r.continue_()
-        else:
-            left.append(r.request.url)
-            r.abort()
-
-    context.route("**/*", route)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    return context, page, left, errors
-
-
 WAIT_MATH = "() => !document.querySelector('script[src*=\"mathjax\"]') || (window.MathJax && MathJax.startup && MathJax.startup.promise)"
 
 
@@ -253,7 +219,7 @@ def test_smoke_book_reads_offline(smoke_book, browser, tmp_path):
     for nb in smoke_book.pages:
         assert f"{nb.name}.html" in names
     assert {"index.html", "concepts.html", "models.html", "search.html"} <= set(names)
-    context, page, left, errors = _offline_page(browser)
+    context, page, left, errors = offline_page(browser)
     try:
         for path in pages:
             page.goto(path.as_uri())
@@ -345,7 +311,7 @@ def _unique_word(site: Path, docname: str, others: list[str]) -> str:
 def test_smoke_book_search_finds_the_notebook_offline(smoke_book, browser):
     site = smoke_book.out_dir
     docnames = [p.name for p in smoke_book.pages]
-    context, page, left, _ = _offline_page(browser)
+    context, page, left, _ = offline_page(browser)
     try:
         for docname in docnames:
             word = _unique_word(site, docname, [d for d in docnames if d != docname] + ["index", "concepts"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -18,23 +17,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import require, require_module
+from conftest import offline_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright = require_module("playwright.sync_api", "pip install -e '.[dev]' (playwright drives Debian's Chromium)")
-    require(Path(CHROMIUM).exists(), f"Chromium at {CHROMIUM}", "apt-get install chromium (never a browser download)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _free_port() -> int:
@@ -166,27 +151,18 @@ def test_head_intervention_inspector_in_jupyterlab(browser, tmp_path):
         print(f"log-probability bars updated {toggle_ms:.0f} ms after the click (browser round trip)")
 
 
-def test_html_report_renders_offline(browser, tmp_path):
-    from workbench.notebooks import list_notebooks, run_notebook
+def test_html_report_renders_offline(browser, smoke_runs):
+    from workbench.notebooks import list_notebooks
 
     nb = next(p for p in list_notebooks() if p.name.startswith("04_"))
-    result = run_notebook(nb, tmp_path, smoke=True)
+    result = smoke_runs(nb)  # executed once per session, shared with tests/test_notebooks and the SMOKE book
     assert result["status"] == "ok", result.get("error")
     html = Path(result["html"])
-    page = browser.new_page()
-    external = []
-
-    def route(r):
-        if r.request.url.startswith("file:"):
-            r.continue_()
-        else:
-            external.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
+    context, page, external, _ = offline_page(browser)
     page.goto(html.as_uri())
     page.wait_for_timeout(3000)
     n_plots = page.evaluate("() => document.querySelectorAll('.js-plotly-plot').length")
     n_drawn = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g.querySelector('svg.main-svg')).length")
     assert n_plots >= 3 and n_drawn == n_plots  # every plotly figure drew, with all network requests blocked
     assert not any("plot.ly" in u or "plotly" in u for u in external)  # plotly.js came from the page itself
+    context.close()

@@ -219,13 +219,8 @@ class Transformer(nn.Module):
         """An empty cache for step-by-step decoding (cross-attention K/V fill in at the first step)."""
         return DecoderCache([LayerCache() for _ in self.decoder_layers])
 
-    def decode_hidden(
-        self,
-        tgt: Tensor,
-        memory: Tensor,
-        src_mask: Tensor | None,
-        cache: DecoderCache | None = None,
-    ) -> Tensor:
+    def decode_hidden(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None,
+                      cache: DecoderCache | None = None) -> Tensor:
         """The decoder's final states, before the pre-softmax projection (:attr:`generator`).
 
         Same arguments as :meth:`decode`; ``self.generator(decode_hidden(...))`` is ``decode(...)``. Training
@@ -242,13 +237,8 @@ class Transformer(nn.Module):
             cache.length += tgt.shape[1]
         return self.decoder_norm(x)
 
-    def decode(
-        self,
-        tgt: Tensor,
-        memory: Tensor,
-        src_mask: Tensor | None,
-        cache: DecoderCache | None = None,
-    ) -> Tensor:
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None,
+               cache: DecoderCache | None = None) -> Tensor:
         """Next-token logits for every target position.
 
         Without a cache, ``tgt`` is the whole prefix (causal masking inside). With a cache, ``tgt`` holds only

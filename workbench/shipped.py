@@ -109,7 +109,7 @@ def pretrained(name: str = "small-de-en", device: str | torch.device = "cpu",
 
     Example:
         >>> model, tokenizer, card = workbench.pretrained("small-de-en")
-        >>> card["bleu"]["test_2016_flickr"]["beam4"]["bleu"]
+        >>> card["bleu"]["test_2016_flickr"]["beam4"]  # sacreBLEU, beam 4, the whole test split
     """
     card = verify_pretrained(name, root)
     model, tokenizer = load_folder(model_dir(name, root), device=device)
