@@ -137,6 +137,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     t_prob = ibm1(load_multi30k("train", "de", "en", limit=args.align_pairs), iterations=5)
     align_s = time.perf_counter() - t0
+    code = git_state(ROOT)  # the code this run measures: read before the long run, not when it ends
     t0 = time.perf_counter()
     rows = measure_agreement(model, tok, [s for s, _ in pairs], t_prob, methods=METHODS, n_steps=args.steps,
                              progress=True, baselines=True, per_head=True, seed=args.seed)
@@ -154,7 +155,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed, "machine": platform.processor() or platform.machine(), "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "python": platform.python_version(),
         "torch": torch.__version__, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        **git_state(ROOT), "command": [Path(sys.executable).name, *sys.argv],
+        **code, "command": [Path(sys.executable).name, *sys.argv],
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "seconds": {"total": round(time.perf_counter() - started, 1), "ibm1": round(align_s, 1),
                     "agreement": round(measure_s, 1), "ablation": round(ablation_s, 1)},

@@ -29,7 +29,7 @@ def _where(report: dict[str, Any], name: str) -> str:
     dirty = " + uncommitted changes" if report.get("dirty") else ""
     machine = report.get("cpu_model") or report.get("machine") or "?"
     device = report.get("device", "?")
-    return (f"`bench/results/{name}`: {device if device != 'cpu' else machine}, {report.get('threads', '?')} threads, "
+    return (f"`bench/results/{name}`: {device if device != 'cpu' else machine}, {report.get('threads', '?')} thread{'' if report.get('threads') == 1 else 's'}, "
             f"torch {report.get('torch', '?')}, commit {commit[:10]}{dirty}, `{' '.join(report.get('command', []))}`")
 
 
