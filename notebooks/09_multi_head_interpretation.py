@@ -297,7 +297,12 @@ assert metrics["antecedent_max_cross"] > metrics["antecedent_uniform_share"]
 assert metrics["antecedent_max_enc"] > metrics["antecedent_uniform_share"]
 if (PRONOUN_SENTENCE, ANTECEDENT, PRONOUN) == ("Vier Männer sind im Freien und blicken von der grünen Brücke, auf der sie stehen, hinunter.", "Männer", "sie"):
     # what the prose says of the default sentence: "they"; the antecedent gets more than a uniform share, but no head
-    # of either kind reads "Männer" most, and the best cross head's weight on it is specific to the pronoun row
+    # of either kind reads "Männer" most, and the best cross head's weight on it is specific to the pronoun row.
+    # Measured reason for the change from the earlier checks ("he", and one cross head reading the antecedent most):
+    # with the earlier shipped model, "Ein Junge ... während er ..." gave "he" and cross head L1 H6 put 0.71 on
+    # "Junge"; the retrained model writes no pronoun for that sentence, and on this one the best cross head gives
+    # "Männer" 0.156 against a uniform 0.056 while no head reads it most, so "a head reads the antecedent most" no
+    # longer holds and is asserted in its negative form, as measured
     assert metrics["pronoun_emitted"] == "they"
     assert metrics["heads_reading_antecedent_most_cross"] == 0 and metrics["heads_reading_antecedent_most_enc"] == 0
     assert metrics["antecedent_cross_elsewhere"] < metrics["antecedent_max_cross"] / 2   # specific to the pronoun row
