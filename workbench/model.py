@@ -23,6 +23,7 @@ from .attention import KVCache, MultiHeadAttention
 from .config import ModelConfig
 from .errors import ConfigError
 from .hook_points import HookPoint, tap
+from .kernels import Dropout
 from .masks import padding_mask
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
@@ -34,7 +35,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = F.relu if activation == "relu" else F.gelu
 
     def forward(self, x: Tensor) -> Tensor:
@@ -74,7 +75,7 @@ class ResidualLayer(nn.Module):
         for i in range(1, len(sublayers) + 1):
             self.add_module(f"norm{i}", nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps))
         for i in range(1, len(sublayers) + 1):
-            self.add_module(f"dropout{i}", nn.Dropout(cfg.dropout))
+            self.add_module(f"dropout{i}", Dropout(cfg.dropout))
         self.hook_resid = HookPoint()
 
     def residual(self, i: int, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
@@ -165,7 +166,7 @@ class Embedding(nn.Module):
         pe_cls = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
         self.positional = pe_cls(cfg.d_model, cfg.max_len)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Shapes: (B, T) ids -> (B, T, d_model)."""

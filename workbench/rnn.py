@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .errors import ConfigError
 from .hook_points import HookPoint, tap
+from .kernels import Dropout
 from .masks import padding_mask
 
 
@@ -109,7 +110,7 @@ class RNNSeq2Seq(nn.Module):
         self.attention = DotProductAttention()
         self.combine = nn.Linear(2 * D, D)  # W_c [a_t; s_t]
         self.generator = nn.Linear(D, tgt_vocab_size)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def src_mask(self, src: Tensor) -> Tensor:
         """Shapes: (B, S) -> (B, 1, 1, S) bool (same layout as the Transformer's)."""

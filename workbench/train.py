@@ -25,6 +25,7 @@ from .batching import Batch, make_batch, token_batches
 from .config import TrainConfig
 from .errors import TrainingError
 from .flops import model_train_flops, peak_flops
+from .kernels import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
 from .runtime import autocast, resolve_device, set_seed
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,20 @@ def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: 
     """The training loss of one batch: summed label-smoothed cross-entropy over real targets, and their count.
 
     Equal (fp32 tolerance, gradients included) to ``label_smoothed_loss(model(src, tgt_in), tgt_out, ...)``,
-    without the work on padding rows (see :func:`real_target_logits`).
+    without the work on padding rows (see :func:`real_target_logits`). On the CPU a
+    :class:`~workbench.model.Transformer`'s projection and loss run fused in row chunks
+    (:func:`workbench.kernels.projected_label_smoothed_cross_entropy`: no (N, V) logits are allocated), and other
+    models' loss takes the closed-form gradient of :func:`workbench.kernels.label_smoothed_cross_entropy`.
     """
+    from .model import Transformer
+
+    if isinstance(model, Transformer) and model.generator.bias is None:
+        keep = batch.tgt_out != pad_id  # (B, T)
+        hidden = net(batch.src, batch.tgt_in, project=False)[keep]  # (N, d_model)
+        targets = batch.tgt_out[keep]  # (N,)
+        return projected_label_smoothed_cross_entropy(hidden, model.generator.weight, targets, eps), targets.shape[0]
     logits, targets = real_target_logits(net, model, batch, pad_id)  # (N, V), (N,)
-    loss = F.cross_entropy(logits.float(), targets, label_smoothing=eps, reduction="sum")
-    return loss, targets.shape[0]
+    return label_smoothed_cross_entropy(logits.float(), targets, eps), targets.shape[0]
 
 
 @dataclass
