@@ -89,7 +89,7 @@ def test_projected_loss_matches_projection_then_cross_entropy(n_rows):
     ref = F.cross_entropy(hidden @ weight.t(), y, label_smoothing=0.1, reduction="sum")
     g2 = torch.autograd.grad(ref / n_rows, (hidden, weight))
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-3)
-    for a, b in zip(g1, g2):
+    for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
 
 
@@ -108,5 +108,5 @@ def test_training_loss_and_gradients_equal_the_unfused_loss_on_every_position():
     ref_grads = torch.autograd.grad(ref / n_ref, list(model.parameters()))
     assert n == n_ref == int((batch.tgt_out != 0).sum())
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-4)
-    for a, b in zip(grads, ref_grads):
+    for a, b in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -137,7 +137,7 @@ class TrainConfig:
     seed: int = 0  # seeds parameters, dropout and batch order
     device: str = "auto"  # "auto" picks CUDA, then MPS, else CPU
     amp: bool = True  # bf16 autocast on accelerators (never on CPU)
-    compile: bool = False  # torch.compile the model (helps large GPU runs, slows small ones)
+    compile: bool = False  # torch.compile the model (for GPU runs; slower than eager on the CPU, measured)
     log_every: int = 50  # optimizer steps between progress-bar updates of the loss
     checkpoint_every: int | None = None  # also save a checkpoint every N optimizer steps (for averaging)
 

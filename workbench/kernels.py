@@ -1,9 +1,9 @@
-"""Cheaper forms of two training-step operations on the CPU, with the same mathematics.
+"""Cheaper forms of the training step's dropout and vocabulary loss on the CPU, with the same mathematics.
 
-A profile of the ``small`` training step on a 2-core CPU (``python bench/profile_step.py``) puts about 14 % of it
-in dropout's random draws (``aten::bernoulli_``: about 7.7 ns per element) and about 16 % in the label-smoothed
-cross-entropy over the 8k vocabulary (log-softmax, a dense zero-filled one-hot gradient, an extra (N, V) add and the
-log-softmax backward). Both have cheaper forms:
+A profile of the ``small`` training step on a 2-core CPU (``python bench/profile_step.py``, before these) put about
+14 % of it in dropout's random draws (``aten::bernoulli_``: about 7.7 ns per element) and about 16 % in the
+label-smoothed cross-entropy over the 8k vocabulary (log-softmax, a zero-filled one-hot gradient, an extra (N, V)
+add and the log-softmax backward, each on a freshly allocated (N, V) tensor). Both have cheaper forms:
 
 * :class:`Dropout` draws its keep-mask from 64-bit integers, four 15-bit lanes per draw (about 1.6 ns per element
   with the mask compare), keeps it as a boolean (1 byte per element instead of a 4-byte float) and multiplies once
@@ -11,14 +11,15 @@ log-softmax backward). Both have cheaper forms:
   kept values are scaled by exactly ``1 / (1 - that)``, so the output is unbiased as with :class:`torch.nn.Dropout`.
   Only the random stream differs. Off the CPU, or inside ``torch.compile`` (which fuses its own), it is
   :func:`torch.nn.functional.dropout`.
-* :func:`label_smoothed_cross_entropy` computes the loss from ``logsumexp`` and writes the gradient in closed
-  form, ``softmax(z) - q`` with ``q = (1 - eps) * onehot + eps / V``: the same value and gradient as
-  ``F.cross_entropy(..., label_smoothing=eps, reduction="sum")`` within fp32 rounding, in fewer passes over the
-  (N, V) logits. Off the CPU it is ``F.cross_entropy`` (one fused kernel there).
+* :func:`projected_label_smoothed_cross_entropy` fuses the vocabulary projection with the loss in row chunks of
+  about 2^20 logits and writes the gradient in closed form, ``softmax(z) - q`` with
+  ``q = (1 - eps) * onehot + eps / V``, during the forward: no (N, V) tensor is allocated. The same value and
+  gradients as ``F.cross_entropy(h @ W.T, y, label_smoothing=eps, reduction="sum")`` within fp32 rounding.
+  :func:`label_smoothed_cross_entropy` is the unfused form for models that project themselves (the GRU baseline).
+  Off the CPU both are the plain projection and ``F.cross_entropy`` (one fused kernel there).
 
-``tests/test_kernels.py`` checks both against the ``torch.nn`` forms.
+``tests/test_kernels.py`` checks them against the ``torch.nn`` forms.
 """
-
 from __future__ import annotations
 
 import torch
@@ -158,13 +159,14 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         grads, rows = ctx.grads, ctx.rows
         ctx.grads = None
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_weight = None
         for i, g in enumerate(grads):  # g: (c, V), this chunk's d loss / d logits
             h = hidden[i * rows : (i + 1) * rows]  # (c, d_model)
             if grad_hidden is not None:
                 torch.mm(g, weight, out=grad_hidden[i * rows : (i + 1) * rows])
-            if grad_weight is not None:
-                grad_weight.addmm_(g.t(), h)
+            if ctx.needs_input_grad[1]:
+                # (V, d_model): the first chunk's product starts the sum (no zero-filled buffer)
+                grad_weight = torch.mm(g.t(), h) if grad_weight is None else grad_weight.addmm_(g.t(), h)
         if grad_hidden is not None:
             grad_hidden.mul_(grad)
         if grad_weight is not None:

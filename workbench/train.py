@@ -26,7 +26,7 @@ from .config import TrainConfig
 from .errors import TrainingError
 from .flops import model_train_flops, peak_flops
 from .kernels import label_smoothed_cross_entropy, projected_label_smoothed_cross_entropy
-from .runtime import autocast, resolve_device, set_seed
+from .runtime import adam, autocast, resolve_device, set_seed
 
 log = logging.getLogger(__name__)
 
@@ -301,11 +301,10 @@ def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, st
 
 
 def _optimizer_and_schedule(model: nn.Module, cfg: TrainConfig, device: torch.device) -> tuple[torch.optim.Optimizer, Any]:
-    """Adam (fused on CUDA) with the paper's warm-up schedule :func:`rate` as its learning rate."""
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
-        **({"fused": True} if device.type == "cuda" else {}),
-    )
+    """Adam (fused where torch has the kernel: :func:`workbench.runtime.adam`) with the paper's warm-up schedule
+    :func:`rate` as its learning rate."""
+    optimizer = adam(list(model.parameters()), device, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps,
+                     weight_decay=cfg.weight_decay)
     d_model = model.cfg.d_model
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: rate(s + 1, d_model, cfg.warmup_steps, cfg.lr_factor))
     return optimizer, scheduler
@@ -330,6 +329,9 @@ def _wrap(model: nn.Module, cfg: TrainConfig, distributed: bool, device: torch.d
     net: nn.Module = model
     pad_multiple = 1  # eager: pad each batch to its own longest sequence
     if cfg.compile:
+        if device.type == "cpu":
+            log.warning("compile=True on the CPU: torch.compile's training step was slower than eager there for both "
+                        "our model and torch.nn.Transformer (README, Benchmarks); compiling anyway, as asked")
         net = torch.compile(net)
         pad_multiple = 8  # compiled: lengths rounded up to a multiple of 8, so a few graphs serve every batch
     if distributed:
