@@ -69,7 +69,7 @@ def main() -> None:
     for g, ms in groups.items():
         print(f"  {g:<20} {ms:8.1f} ms {ms / total_ms:6.1%}")
     if args.json:
-        report = {"command": " ".join(["python", *sys.argv]), "machine": platform.machine(), "cpu_model": _cpu_model(),
+        report = {"command": ["python", *sys.argv], "device": "cpu", "machine": platform.machine(), "cpu_model": _cpu_model(),
                   "threads": torch.get_num_threads(), "torch": torch.__version__, **git_state(),
                   "preset": args.preset, "side": args.side, "steps": args.steps, "ms_per_step": total_ms,
                   "groups_ms_per_step": groups, "ops": ops}

@@ -6,7 +6,8 @@
 Every figure in that block names the file it comes from; ``tests/test_benchmark.py`` fails when the README block
 and the committed results disagree. Three kinds of result are read: ``workbench bench --json`` reports (they have
 ``"suites"``), ``bench/translate_multi30k.py --json`` reports (they have ``"headline"``) and
-``bench/attention_vs_attribution.py`` reports (they have ``"ig_completeness"``).
+``bench/attention_vs_attribution.py`` reports (they have ``"ig_completeness"``) and ``bench/profile_step.py``
+reports (they have ``"groups_ms_per_step"``).
 """
 
 from __future__ import annotations
@@ -37,8 +38,17 @@ def _bench_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]
     rows: list[tuple[str, str]] = []
     if "train_step" in report:
         t = report["train_step"]["rows"]
-        rows.append((f"training step, ours ÷ `nn.Transformer`, same dropout placement ({' / '.join(r['preset'] for r in t)})",
+        raced = "each side's fastest of eager and compiled" if "ours compiled" in t[0]["step_s"] else "eager"
+        rows.append((f"training step, ours ÷ `nn.Transformer`, same dropout placement, {raced} "
+                     f"({' / '.join(r['preset'] for r in t)})",
                      " / ".join(f"{r['ratio_ours_over_nn']:.2f}" for r in t)))
+        for r in t:
+            if r["preset"] == "small" and "ours compiled" in r["step_s"]:
+                st = r["step_s"]
+                rows.append(("`torch.compile` (inductor) on this device, small training step: ours eager / compiled, "
+                             "`nn.Transformer` eager / compiled",
+                             f"{st['ours']:.3f} / {st['ours compiled']:.3f} s, "
+                             f"{st['nn.Transformer']:.3f} / {st['nn.Transformer compiled']:.3f} s"))
     if "attention" in report:
         a = report["attention"]["rows"]
         ratios = [r["fused_over_nn"] for r in a]
@@ -80,6 +90,14 @@ def _translate_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, s
     return [(figure, value, name)]
 
 
+def _profile_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]:
+    g, total = report["groups_ms_per_step"], report["ms_per_step"]
+    order = ("matrix products", "dropout draws", "vocabulary loss", "optimizer", "attention kernel", "rest")
+    figure = (f"profile of one {report['preset']} training step ({report['side']}), self CPU ms: "
+              + " / ".join(order) + " = total")
+    return [(figure, " / ".join(f"{g[k]:.0f}" for k in order) + f" = {total:.0f}", name)]
+
+
 def _agreement_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]:
     a, n = report["agreement"], report["sentences"]
     ig = "spearman/integrated_gradients"
@@ -116,6 +134,8 @@ def render(results: Path = RESULTS) -> str:
                 rows += _bench_rows(report, path.name)
             elif "ig_completeness" in report:
                 rows += _agreement_rows(report, path.name)
+            elif "groups_ms_per_step" in report:
+                rows += _profile_rows(report, path.name)
             else:
                 raise ValueError(f"{path}: neither a `workbench bench` report nor a translate_multi30k.py or "
                                  "attention_vs_attribution.py report")

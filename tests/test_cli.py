@@ -204,3 +204,14 @@ def test_notebooks_copy_command(tmp_path, capsys):
     assert (target / "05_masked_attention.ipynb").read_text() == "{}"
     assert main(["notebooks", "copy", str(target), "--only", "05", "--force"]) == 0
     assert (target / "05_masked_attention.ipynb").read_text() != "{}"
+
+
+def test_evaluate_a_shipped_model_decodes_with_its_cards_length_penalty(capsys, multi30k_dir):
+    from workbench.shipped import card_alpha, read_card
+
+    args = ["evaluate", "--checkpoint", "small-de-en", "--split", "val", "--limit", "8", "--data-dir",
+            str(multi30k_dir), "--device", "cpu", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["alpha"] == card_alpha(read_card("small-de-en"))
+    assert main([*args, "--alpha", "0.6"]) == 0
+    assert json.loads(capsys.readouterr().out)["alpha"] == 0.6

@@ -134,3 +134,45 @@ def test_the_two_translators_the_notebooks_need_are_shipped():
     # the fair comparison the notebooks draw: same data, same tokenizer kind, same budget and machine
     assert small["training"]["budget"] == gru["training"]["budget"]
     assert small["vocab_size"] == gru["vocab_size"]
+
+
+def test_length_penalty_is_chosen_on_val_by_beam4_bleu(monkeypatch):
+    """The highest val beam-4 score wins (a tie goes to the smaller alpha); only val is decoded for the choice."""
+    from workbench import shipped
+
+    val = [("ein hund", "a dog")]
+    by_alpha = {0.6: 30.0, 1.0: 31.5, 1.4: 31.5, 1.8: 29.0, 2.2: 20.0}
+    seen = []
+
+    def fake_score(model, tok, pairs, beam, device="cpu", alpha=0.6):
+        seen.append((pairs is val, beam, alpha))
+        return {"bleu": by_alpha[alpha]}
+
+    monkeypatch.setattr(shipped, "score", fake_score)
+    best, scores = shipped.choose_length_penalty(None, None, val)
+    assert best == 1.0
+    assert scores == {"0.6": 30.0, "1": 31.5, "1.4": 31.5, "1.8": 29.0, "2.2": 20.0}
+    assert seen == [(True, 4, a) for a in shipped.LENGTH_PENALTIES]
+
+
+def test_cards_length_penalty_is_the_default_for_shipped_models(tiny_shipped, monkeypatch):
+    from workbench import shipped
+
+    root, _, _ = tiny_shipped
+    monkeypatch.setattr(wb.shipped, "WEIGHTS_DIR", root)
+    assert shipped.default_alpha(load_any("tiny-de-en")[2]) == 0.6  # a card without a decoding record: GNMT's 0.6
+    card = {k: v for k, v in json.loads((root / "tiny-de-en" / "card.json").read_text()).items()
+            if k not in ("sha256", "bytes")}
+    write_card(root / "tiny-de-en", {**card, "decoding": {"beam": 4, "alpha": 1.4, "val_beam4_bleu_by_alpha": {"1.4": 2.0}}})
+    assert shipped.default_alpha(load_any("tiny-de-en")[2]) == 1.4
+    assert "alpha = 1.4" in (root / "tiny-de-en" / "CARD.md").read_text()
+    assert shipped.default_alpha({"extra": {}}) == 0.6  # a checkpoint file: 0.6
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_cards_record_the_length_penalty_chosen_on_val(name):
+    card = wb.shipped.read_card(name)
+    by_alpha = card["decoding"]["val_beam4_bleu_by_alpha"]
+    assert by_alpha[f"{card['decoding']['alpha']:g}"] == max(by_alpha.values())
+    # the card's val beam-4 score is the chosen alpha's decode
+    assert card["scores"]["val"]["beam4"]["bleu"] == by_alpha[f"{card['decoding']['alpha']:g}"]

@@ -82,12 +82,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_translate(args: argparse.Namespace) -> int:
     from .decode import translate
     from .runtime import resolve_device
-    from .shipped import load_any
+    from .shipped import default_alpha, load_any
 
     device = resolve_device(args.device)
-    model, tokenizer, _ = load_any(_resolve_checkpoint(args.checkpoint), device=device)
+    model, tokenizer, info = load_any(_resolve_checkpoint(args.checkpoint), device=device)
+    alpha = args.alpha if args.alpha is not None else default_alpha(info)
     sentences = list(args.sentences) or [line.rstrip("\n") for line in sys.stdin]
-    for line in translate(model, tokenizer, sentences, beam=args.beam, device=device):
+    for line in translate(model, tokenizer, sentences, beam=args.beam, alpha=alpha, device=device):
         print(line)
     return 0
 
@@ -100,6 +101,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         split=args.split,
         data_dir=args.data_dir,
         beam=args.beam,
+        alpha=args.alpha,
         limit=args.limit,
         device=args.device,
     )
@@ -128,6 +130,10 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
         for name in args.names or shipped.list_pretrained():
             shipped.verify_pretrained(name)
             print(f"{name}: every file matches its SHA-256")
+        return 0
+    if args.action == "rescore":
+        card = shipped.rescore_with_length_penalty(args.name, data_dir=args.data_dir)
+        print(json.dumps({"decoding": card["decoding"], "bleu": card["bleu"]}, indent=2))
         return 0
     if args.action == "build":
         card = shipped.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
@@ -336,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("translate", help="translate sentences given as arguments, or one a line on stdin")
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
     p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+    p.add_argument("--alpha", type=float, default=None, help="beam search length penalty (default: the one a shipped model's card chose on val, else 0.6)")
     p.add_argument("--device", default="auto")
     p.add_argument("sentences", nargs="*")
     p.set_defaults(func=cmd_translate)
@@ -345,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--alpha", type=float, default=None, help="beam search length penalty (default: the one a shipped model's card chose on val, else 0.6)")
     p.add_argument("--limit", type=int, default=None, help="evaluate on the first N sentences only")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -402,6 +410,10 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("reproduce", help="train and build a shipped model again from its card's recipe")
     q.add_argument("name")
     q.add_argument("--out", required=True, help="folder for the run and the rebuilt model")
+    q.add_argument("--data-dir", default=None)
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("rescore", help="choose a shipped model's beam-4 length penalty on val, re-score its card")
+    q.add_argument("name")
     q.add_argument("--data-dir", default=None)
     q.set_defaults(func=cmd_pretrained)
     q = psub.add_parser("build", help="turn a training run into a shipped model folder with its card")

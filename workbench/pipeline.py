@@ -112,27 +112,32 @@ def evaluate_checkpoint(
     split: str = "test_2016_flickr",
     data_dir: str | Path | None = None,
     beam: int = 4,
+    alpha: float | None = None,
     limit: int | None = None,
     device: str = "auto",
     src: str | None = None,
     tgt: str | None = None,
     write_hypotheses: bool = True,
 ) -> dict[str, Any]:
-    """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split."""
+    """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split.
+
+    ``alpha``: beam search's length penalty; None takes a shipped model's card's (chosen on val), else 0.6.
+    """
     from .decode import translate
     from .metrics import chrf, corpus_bleu, tokenized_bleu
     from .runtime import resolve_device
-    from .shipped import is_pretrained_name, load_any
+    from .shipped import default_alpha, is_pretrained_name, load_any
 
     dev = resolve_device(device)
     model, tokenizer, ckpt = load_any(checkpoint, device=dev)
+    alpha = default_alpha(ckpt) if alpha is None else alpha
     meta = ckpt.get("extra") or {}
     src = src or meta.get("src_lang", "de")
     tgt = tgt or meta.get("tgt_lang", "en")
     pairs = load_pairs(split, src, tgt, data_dir, limit)
     sources, refs = [p[0] for p in pairs], [p[1] for p in pairs]
     start = time.perf_counter()
-    hyps = translate(model, tokenizer, sources, beam=beam, device=dev, progress=True)
+    hyps = translate(model, tokenizer, sources, beam=beam, alpha=alpha, device=dev, progress=True)
     seconds = time.perf_counter() - start
     bleu = corpus_bleu(hyps, refs)
     result = {
@@ -140,6 +145,7 @@ def evaluate_checkpoint(
         "src": src,
         "tgt": tgt,
         "beam": beam,
+        "alpha": alpha if beam > 1 else None,
         "n_sentences": len(pairs),
         "bleu": round(bleu.score, 2),
         "signature": bleu.signature,
@@ -156,8 +162,8 @@ def evaluate_checkpoint(
 
 
 # the modules whose code decides what a trained model is: a change to any of them invalidates cached models
-TRAINING_CODE = ("attention", "batching", "config", "data", "masks", "model", "pipeline", "positional", "registry",
-                 "rnn", "runtime", "tokenizer", "train")
+TRAINING_CODE = ("attention", "batching", "config", "data", "kernels", "masks", "model", "pipeline", "positional",
+                 "registry", "rnn", "runtime", "tokenizer", "train")
 
 
 def training_code_fingerprint() -> str:

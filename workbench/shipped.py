@@ -209,7 +209,10 @@ def render_card(card: dict[str, Any]) -> str:
         "",
         *_score_rows(card),
         "",
-        f"sacreBLEU signature: `{card.get('signature', '')}`. Weights: {card.get('weights_chosen', '')}.",
+        f"sacreBLEU signature: `{card.get('signature', '')}`. Weights: {card.get('weights_chosen', '')}. "
+        f"Beam 4 uses the length penalty alpha = {card_alpha(card):g}"
+        + (f" (chosen on val: {', '.join(f'{a} → {b:.2f}' for a, b in card['decoding']['val_beam4_bleu_by_alpha'].items())})"
+           if card.get("decoding") else "") + "; `workbench translate` and `workbench evaluate` use it for this model.",
         "Scores were computed with the shipped float16 weights loaded as float32, exactly as `workbench.pretrained` "
         "returns them.",
         "",
@@ -222,7 +225,9 @@ def render_card(card: dict[str, Any]) -> str:
         "## Training",
         "",
         f"- reproduce: `{card['reproduce']['train']}` then `{card['reproduce']['build']}` "
-        f"(or `workbench pretrained reproduce {card['name']} --out DIR`)",
+        f"(or `workbench pretrained reproduce {card['name']} --out DIR`; `build` also chooses the length penalty)"
+        + (f"; these weights were built before `build` chose the length penalty, which "
+           f"`{card['reproduce']['decode']}` then chose" if card["reproduce"].get("decode") else ""),
         f"- commit: {card.get('commit')}",
         f"- hardware: {card.get('hardware')}",
         f"- wall time: {t.get('minutes')} min training ({t.get('stopped_reason')}), {t.get('steps')} steps, "
@@ -275,20 +280,88 @@ def half_roundtrip(model: nn.Module) -> nn.Module:
 
 
 def score(model: nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int,
-          device: str | torch.device = "cpu") -> dict[str, Any]:
-    """sacreBLEU (with signature), chrF and tokenized BLEU of a model's translations of ``pairs``."""
+          device: str | torch.device = "cpu", alpha: float = 0.6) -> dict[str, Any]:
+    """sacreBLEU (with signature), chrF and tokenized BLEU of a model's translations of ``pairs`` (beam search with
+    length penalty ``alpha`` when ``beam > 1``)."""
     import time
 
     from .decode import translate
     from .metrics import chrf, corpus_bleu, tokenized_bleu
 
     start = time.perf_counter()
-    hyps = translate(model, tokenizer, [s for s, _ in pairs], beam=beam, device=device, progress=True)
+    hyps = translate(model, tokenizer, [s for s, _ in pairs], beam=beam, alpha=alpha, device=device, progress=True)
     refs = [t for _, t in pairs]
     bleu = corpus_bleu(hyps, refs)
     return {"bleu": round(bleu.score, 2), "signature": bleu.signature, "chrf": round(chrf(hyps, refs).score, 2),
             "tok_bleu": round(tokenized_bleu(hyps, refs).score, 2), "n_sentences": len(pairs),
             "decode_seconds": round(time.perf_counter() - start, 1)}
+
+
+LENGTH_PENALTIES = (0.6, 1.0, 1.4, 1.8, 2.2)  # GNMT alphas tried on val for beam 4 (0.6 is GNMT's and the paper's)
+
+
+def card_alpha(card: dict[str, Any]) -> float:
+    """The beam-search length penalty a card's beam-4 scores were decoded with (0.6 for cards that predate the
+    choice on val)."""
+    return float((card.get("decoding") or {}).get("alpha", 0.6))
+
+
+def default_alpha(info: dict[str, Any]) -> float:
+    """The length penalty to decode with by default: a shipped model's card's (``load_any``'s info dict), else 0.6."""
+    card = info.get("card")
+    return card_alpha(card) if card else 0.6
+
+
+def choose_length_penalty(model: nn.Module, tokenizer: Any, val: list[tuple[str, str]],
+                          alphas: tuple[float, ...] = LENGTH_PENALTIES) -> tuple[float, dict[str, float]]:
+    """The GNMT length penalty with the highest beam-4 sacreBLEU on ``val`` (ties: the smaller alpha), and every
+    alpha's score. Choose on val only; test is scored once, with the chosen alpha."""
+    by_alpha = {}
+    for alpha in alphas:
+        by_alpha[f"{alpha:g}"] = score(model, tokenizer, val, beam=4, alpha=alpha)["bleu"]
+        log.info("val beam-4 sacreBLEU with alpha %g: %.2f", alpha, by_alpha[f"{alpha:g}"])
+    best = max(alphas, key=lambda a: (by_alpha[f"{a:g}"], -a))
+    return best, by_alpha
+
+
+def _beam_scores(model: nn.Module, tokenizer: Any, val: list[tuple[str, str]], test: list[tuple[str, str]],
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Greedy and beam-4 scores on val and test, the length penalty chosen on val first; and the decoding record."""
+    alpha, by_alpha = choose_length_penalty(model, tokenizer, val)
+    scores = {
+        split: {("greedy" if beam == 1 else f"beam{beam}"): score(model, tokenizer, pairs, beam, alpha=alpha)
+                for beam in (1, 4)}
+        for split, pairs in (("val", val), ("test_2016_flickr", test))
+    }
+    decoding = {"beam": 4, "alpha": alpha, "chosen_on": "val",
+                "val_beam4_bleu_by_alpha": by_alpha,
+                "note": "beam 4 with the GNMT length penalty ((5 + length) / 6) ** alpha; alpha chosen on val among "
+                        f"{', '.join(f'{a:g}' for a in LENGTH_PENALTIES)}, test decoded once with it"}
+    return scores, decoding
+
+
+def rescore_with_length_penalty(name: str, root: str | Path | None = None,
+                                data_dir: str | Path | None = None) -> dict[str, Any]:
+    """Choose a shipped model's beam-4 length penalty on val, re-score val and test with it, rewrite its card.
+
+    The weights, config and tokenizer are untouched (and verified first); ``CARD.md`` and ``card.json`` are
+    rewritten with the new scores, the ``decoding`` record and fresh hashes.
+    """
+    from .data import load_multi30k
+
+    verify_pretrained(name, root)
+    folder = model_dir(name, root)
+    card = read_card(name, root)
+    model, tokenizer = load_folder(folder)
+    val = load_multi30k("val", card["src_lang"], card["tgt_lang"], data_dir=data_dir)
+    test = load_multi30k("test_2016_flickr", card["src_lang"], card["tgt_lang"], data_dir=data_dir)
+    scores, decoding = _beam_scores(model, tokenizer, val, test)
+    card = {k: v for k, v in card.items() if k not in ("sha256", "bytes")}
+    card.update(scores=scores, decoding=decoding, signature=scores["test_2016_flickr"]["beam4"]["signature"],
+                bleu={split: {k: v["bleu"] for k, v in by.items()} for split, by in scores.items()})
+    card["reproduce"] = {**card["reproduce"], "decode": f"workbench pretrained rescore {name}"}
+    write_card(folder, card)
+    return json.loads((folder / "card.json").read_text())
 
 
 def _hardware() -> str:
@@ -313,8 +386,8 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
     """Choose the run's weights on val, write the shipped files and the card with val and test scores.
 
     Candidates are the last checkpoint and the average of the last ``average`` step snapshots; each is rounded to
-    float16 (as shipped) and decoded greedily on the whole validation set; the better one ships. Test is scored once,
-    after the choice.
+    float16 (as shipped) and decoded greedily on the whole validation set; the better one ships. Then the beam-4
+    length penalty is chosen on val (:func:`choose_length_penalty`). Test is scored once, after both choices.
     """
     import shlex
 
@@ -341,11 +414,7 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
     model, tok, state = load_model(candidates[chosen])
     export_weights(model, tok, out, src, tgt)
     shipped, shipped_tok = load_folder(out)
-    scores = {
-        split: {("greedy" if beam == 1 else f"beam{beam}"): score(shipped, shipped_tok, pairs, beam)
-                for beam in (1, 4)}
-        for split, pairs in (("val", val), ("test_2016_flickr", test))
-    }
+    scores, decoding = _beam_scores(shipped, shipped_tok, val, test)
     summary_json = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     history = json.loads((run / "history.json").read_text()) if (run / "history.json").exists() else {}
     train_cfg = state0.get("train_cfg") or {}
@@ -362,6 +431,7 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
         "bleu": {split: {k: v["bleu"] for k, v in by.items()} for split, by in scores.items()},
         "scores": scores,
         "signature": scores["test_2016_flickr"]["beam4"]["signature"],
+        "decoding": decoding,
         "weights_chosen": chosen,
         "val_choice": {k: {"val_greedy_bleu": v} for k, v in choice.items()},
         "training": {
