@@ -38,12 +38,12 @@ def _bench_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]
     rows: list[tuple[str, str]] = []
     if "train_step" in report:
         t = report["train_step"]["rows"]
-        raced = "each side's fastest of eager and compiled" if "ours compiled" in t[0]["step_s"] else "eager"
+        raced = "each side's fastest of eager and compiled" if "ours compiled" in t[0].get("step_s", {}) else "eager"
         rows.append((f"training step, ours ÷ `nn.Transformer`, same dropout placement, {raced} "
                      f"({' / '.join(r['preset'] for r in t)})",
                      " / ".join(f"{r['ratio_ours_over_nn']:.2f}" for r in t)))
         for r in t:
-            if r["preset"] == "small" and "ours compiled" in r["step_s"]:
+            if r["preset"] == "small" and "ours compiled" in r.get("step_s", {}):
                 st = r["step_s"]
                 rows.append(("`torch.compile` (inductor) on this device, small training step: ours eager / compiled, "
                              "`nn.Transformer` eager / compiled",

@@ -189,7 +189,7 @@ def test_readme_table_renders_each_figure_with_its_file(tmp_path):
     (tmp_path / "translate.json").write_text(json.dumps(translate))
     out = table.render(tmp_path)
     rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines() if line.startswith("| ")}
-    assert "| 0.88 / 1.03 | `cpu.json` |" in rows["training step, ours ÷ `nn.Transformer`, same dropout placement (tiny / small)"]
+    assert "| 0.88 / 1.03 | `cpu.json` |" in rows["training step, ours ÷ `nn.Transformer`, same dropout placement, eager (tiny / small)"]
     assert "+0.4 % / -0.3 %" in next(v for k, v in rows.items() if k.startswith("hook points"))
     assert "4 123 tokens/s, 110 GFLOP/s" in next(v for k, v in rows.items() if k.startswith("end-to-end"))
     assert "5.0 % / 5.1 %" in next(v for k, v in rows.items() if k.startswith("padding"))
@@ -199,6 +199,24 @@ def test_readme_table_renders_each_figure_with_its_file(tmp_path):
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(ValueError, match="other.json"):
         table.render(tmp_path)
+
+
+def test_readme_table_renders_compiled_rivals_and_a_step_profile(tmp_path):
+    table = _readme_table()
+    step_s = {"ours": 0.5, "nn.Transformer": 0.66, "ours compiled": 0.69, "nn.Transformer compiled": 0.6}
+    bench = {"suites": ["train_step"], "commit": "0123456789abcdef", "device": "cpu", "threads": 2, "command": ["x"],
+             "train_step": {"rows": [{"preset": "small", "ratio_ours_over_nn": 0.5 / 0.6, "step_s": step_s,
+                                      "rounds": []}]}}
+    profile = {"command": ["python", "bench/profile_step.py"], "device": "cpu", "commit": "abcdef0123456789",
+               "preset": "small", "side": "ours", "ms_per_step": 500.0,
+               "groups_ms_per_step": {"matrix products": 350.0, "dropout draws": 20.0, "vocabulary loss": 11.0,
+                                      "optimizer": 6.0, "attention kernel": 25.0, "rest": 88.0}}
+    (tmp_path / "cpu.json").write_text(json.dumps(bench))
+    (tmp_path / "profile.json").write_text(json.dumps(profile))
+    out = table.render(tmp_path)
+    assert "each side's fastest of eager and compiled (small) | 0.83 |" in out
+    assert "0.500 / 0.690 s, 0.660 / 0.600 s" in out
+    assert "| 350 / 20 / 11 / 6 / 25 / 88 = 500 | `profile.json` |" in out
 
 
 def test_readme_table_renders_an_attention_vs_attribution_report(tmp_path):
