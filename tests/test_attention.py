@@ -135,3 +135,34 @@ def test_masks_helpers():
     assert m[1, 0].tolist() == [[True, False, False], [True, False, False], [True, False, False]]
     assert attention_mask() is None
     assert torch.equal(to_nn_mask(to_nn_mask(m)), m)
+
+
+def test_value_width_apart_from_key_width_matches_the_formula():
+    """Paper Table 3 row (B) varies d_k alone: queries and keys d_k wide, values d_v wide, W^O (h d_v, d_model).
+    The block must equal the formula head by head, on the fused and explicit paths, with and without a cache."""
+    torch.manual_seed(3)
+    d_model, h, d_k, d_v = 24, 3, 4, 8
+    mha = MultiHeadAttention(d_model, h, d_head=d_k, d_v=d_v).eval()
+    assert mha.in_proj_weight.shape == (2 * h * d_k + h * d_v, d_model) and mha.out_proj.weight.shape == (d_model, h * d_v)
+    x, mem = torch.randn(2, 6, d_model), torch.randn(2, 5, d_model)
+    Wq, Wk, Wv = mha.in_proj_weight.split([h * d_k, h * d_k, h * d_v])
+    bq, bk, bv = mha.in_proj_bias.split([h * d_k, h * d_k, h * d_v])
+    for query, source in ((x, None), (x, mem)):
+        keys = query if source is None else source
+        heads = []
+        for i in range(h):
+            q = query @ Wq[i * d_k:(i + 1) * d_k].T + bq[i * d_k:(i + 1) * d_k]  # (B, Tq, d_k)
+            k = keys @ Wk[i * d_k:(i + 1) * d_k].T + bk[i * d_k:(i + 1) * d_k]  # (B, Tk, d_k)
+            v = keys @ Wv[i * d_v:(i + 1) * d_v].T + bv[i * d_v:(i + 1) * d_v]  # (B, Tk, d_v)
+            heads.append(torch.softmax(q @ k.transpose(1, 2) / math.sqrt(d_k), -1) @ v)  # (B, Tq, d_v)
+        expected = mha.out_proj(torch.cat(heads, -1))
+        fused, _ = mha(query, source)
+        explicit, weights = mha(query, source, need_weights=True)
+        torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(explicit, expected, atol=1e-5, rtol=1e-5)
+        assert weights.shape == (2, h, query.shape[1], keys.shape[1])
+    full, _ = mha(x, is_causal=True)
+    cache = KVCache()
+    steps = [mha(x[:, t:t + 1], is_causal=True, cache=cache)[0] for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert cache.k.shape[-1] == d_k and cache.v.shape[-1] == d_v

@@ -142,6 +142,21 @@ def test_paper_presets_share_one_embedding_matrix_and_match_table_3(name, paper)
     assert cfg.head_dim == 64
 
 
+@pytest.mark.parametrize("d_k, paper", [(16, 58e6), (32, 60e6)])
+def test_table_3_row_b_shrinks_keys_only(d_k, paper):
+    """Table 3 row (B) changes d_k alone (d_v stays 64): the base model's 65M become 58M (d_k = 16) and 60M
+    (d_k = 32). Only W^Q and W^K shrink, by 2 (d_model + 1) h (64 - d_k) parameters in each of the 18 attention
+    blocks: 7.09M and 4.73M fewer, the paper's 7M and 5M. Shrinking d_v too would remove 14.2M and 9.5M."""
+    vocab = 37000
+    base = count_parameters(build_model(preset("base"), vocab, vocab))
+    cfg = preset("base", d_head=d_k, d_v=64)
+    n = count_parameters(build_model(cfg, vocab, vocab))
+    blocks = cfg.n_enc_layers + 2 * cfg.n_dec_layers
+    assert base - n == blocks * 2 * (cfg.d_model + 1) * cfg.n_heads * (64 - d_k)
+    assert round((base - n) / 1e6) == round((65e6 - paper) / 1e6)
+    assert (cfg.head_dim, cfg.value_dim) == (d_k, 64) and preset("base").value_dim == 64
+
+
 def test_big_preset_dropout():
     assert preset("big").dropout == 0.3 and preset("base").dropout == 0.1
 
@@ -161,6 +176,7 @@ def test_tied_preset_with_two_vocabularies_is_a_config_error():
         ("positional", "rotary", "sinusoidal"),
         ("n_heads", 0, "positive integer"),
         ("activation", "tanh", "relu"),
+        ("d_v", 0, "positive integer"),
     ],
 )
 def test_invalid_config_names_field_and_fix(field, value, match):

@@ -193,6 +193,8 @@ DERIVED: dict[str, list[tuple[str, object]]] = {
         ("a real yardstick", lambda m: m["noise_margin_log_ppl"] > 0),
         ("every claim judged", lambda m: len(m["signs"]) == 6 and all(
             v["verdict"] in ("agrees", "within noise", "opposite", "differs") for v in m["signs"].values())),
+        ("the regularisers judged by BLEU too", lambda m: len(m["bleu_signs"]) == 2 and all(
+            v["verdict"] in ("agrees", "within noise", "opposite") for v in m["bleu_signs"].values())),
     ],
 }
 
@@ -403,6 +405,52 @@ def test_run_series_writes_index_and_offline_html(tmp_path):
     assert json.loads((out / "summary.json").read_text())[0]["name"] == "01_figure"
     with pytest.raises(NotebookParameterError, match="did you mean RATE"):
         run_series(out, smoke=True, parameters={"RATEE": 1.0}, directory=folder)
+
+
+CLOCK_BODY = """
+import json, os, time
+start = time.time()
+time.sleep(3)
+json.dump({"omp": os.environ.get("OMP_NUM_THREADS"), "pid": os.getpid(), "start": start, "end": time.time()},
+          open("metrics.json", "w"))
+"""
+
+
+@pytest.mark.notebook
+def test_run_series_runs_notebooks_side_by_side_in_series_order(tmp_path):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    for name in ("01_a", "02_b", "03_broken"):
+        _write_notebook(folder / f"{name}.ipynb", CLOCK_BODY if name != "03_broken" else "raise ValueError('deliberate')")
+    out = tmp_path / "reports"
+    results = run_series(out, smoke=True, directory=folder, jobs=2, timeout=120)
+    assert [r["name"] for r in results] == ["01_a", "02_b", "03_broken"]  # series order, whatever finished first
+    a, b, broken = results
+    assert a["status"] == b["status"] == "ok" and broken["status"] == "failed" and "deliberate" in broken["error"]
+    assert a["metrics"]["pid"] != b["metrics"]["pid"]
+    # both kernels were running at once: each one's 3-second sleep overlaps the other's
+    assert a["metrics"]["start"] < b["metrics"]["end"] and b["metrics"]["start"] < a["metrics"]["end"]
+    # two kernels share the cores instead of each taking one thread per core
+    assert a["metrics"]["omp"] == b["metrics"]["omp"] == str(max(1, (os.cpu_count() or 1) // 2))
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["name"] for r in summary] == ["01_a", "02_b", "03_broken"]
+    with pytest.raises(NotebookParameterError, match="jobs=0"):
+        run_series(out, smoke=True, directory=folder, jobs=0)
+
+
+def test_default_jobs_follows_the_cores_and_the_environment(monkeypatch):
+    from workbench.notebooks import default_jobs
+
+    monkeypatch.delenv("WORKBENCH_NOTEBOOK_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert default_jobs() == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert default_jobs() == 2
+    monkeypatch.setenv("WORKBENCH_NOTEBOOK_JOBS", "3")
+    assert default_jobs() == 3
+    monkeypatch.setenv("WORKBENCH_NOTEBOOK_JOBS", "two")
+    with pytest.raises(NotebookParameterError, match="WORKBENCH_NOTEBOOK_JOBS='two'"):
+        default_jobs()
 
 
 # -- the real notebooks, on SMOKE parameters --------------------------------------------------------------------

@@ -134,7 +134,7 @@ class KVCache:
     ``static=False`` (decoder self-attention): each step appends its new keys and values.
 
     Shapes:
-        k, v: (B, H, T, d_head)
+        k: (B, H, T, d_head), v: (B, H, T, d_v)
     """
 
     static: bool = False
@@ -168,26 +168,34 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, d_head: int | None = None, dropout: float = 0.0, bias: bool = True
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        d_v: int | None = None,
     ) -> None:
         super().__init__()
         self.d_model, self.n_heads = d_model, n_heads
-        self.d_head = d_head if d_head is not None else d_model // n_heads
-        inner = n_heads * self.d_head
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * inner, d_model))
-        self.in_proj_bias = nn.Parameter(torch.zeros(3 * inner)) if bias else None
-        self.out_proj = nn.Linear(inner, d_model, bias=bias)
+        self.d_head = d_head if d_head is not None else d_model // n_heads  # d_k: query and key width per head
+        self.d_v = d_v if d_v is not None else self.d_head  # value width per head (paper: d_v = d_k = 64)
+        inner, inner_v = n_heads * self.d_head, n_heads * self.d_v
+        # rows: W^Q (inner), W^K (inner), W^V (inner_v)
+        self.in_proj_weight = nn.Parameter(torch.empty(2 * inner + inner_v, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(2 * inner + inner_v)) if bias else None
+        self.out_proj = nn.Linear(inner_v, d_model, bias=bias)
         self.dropout = dropout
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
-        self.hook_z = HookPoint()  # per-head outputs (B, H, Tq, d_head) before W^O
+        self.hook_z = HookPoint()  # per-head outputs (B, H, Tq, d_v) before W^O
         nn.init.xavier_uniform_(self.in_proj_weight)
         if bias:
             nn.init.zeros_(self.out_proj.bias)
 
     def _split(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, d_head)
+        return x.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, H, T, d_head or d_v)
 
     def _project(self, x: Tensor, part: slice) -> Tensor:
         bias = self.in_proj_bias[part] if self.in_proj_bias is not None else None
@@ -215,18 +223,18 @@ class MultiHeadAttention(nn.Module):
         Shapes:
             -> out (B, Tq, d_model), weights (B, H, Tq, Tk) or None
         """
-        inner = self.n_heads * self.d_head
+        inner, inner_v = self.n_heads * self.d_head, self.n_heads * self.d_v
         if key is None and cache is None:
-            q, k, v = self._project(query, slice(None)).split(inner, dim=-1)  # 3 x (B, T, inner)
-            q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, d_head)
+            q, k, v = self._project(query, slice(None)).split([inner, inner, inner_v], dim=-1)  # (B, T, inner) x 2, (B, T, inner_v)
+            q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, d_head), v: (B, H, T, d_v)
         else:
             q = self._split(self._project(query, slice(0, inner)))  # (B, H, Tq, d_head)
             if cache is not None and cache.static and cache.k is not None:
                 k, v = cache.k, cache.v
             else:
                 source = query if key is None else key
-                k, v = self._project(source, slice(inner, None)).split(inner, dim=-1)
-                k, v = self._split(k), self._split(v)  # (B, H, Tk, d_head)
+                k, v = self._project(source, slice(inner, None)).split([inner, inner_v], dim=-1)
+                k, v = self._split(k), self._split(v)  # (B, H, Tk, d_head), v: (B, H, Tk, d_v)
                 if cache is not None:
                     if cache.static:
                         cache.k, cache.v = k, v
@@ -254,5 +262,5 @@ class MultiHeadAttention(nn.Module):
         )
         out = tap(self.hook_z, out)  # per-head outputs: head gating and ablation hook in here
         B, H, Tq, Dh = out.shape
-        out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H * d_head)
+        out = out.transpose(1, 2).reshape(B, Tq, H * Dh)  # (B, Tq, H * d_v)
         return self.out_proj(out), weights

@@ -136,14 +136,14 @@ class _BareAttention(MultiHeadAttention):
                 is_causal: bool = False, cache: Any = None, need_weights: bool = False) -> tuple[torch.Tensor, None]:
         if cache is not None or need_weights:
             raise NotImplementedError("the hook-free baseline runs teacher-forced forwards only")
-        inner = self.n_heads * self.d_head
+        inner, inner_v = self.n_heads * self.d_head, self.n_heads * self.d_v
         if key is None:
-            q, k, v = self._project(query, slice(None)).split(inner, dim=-1)  # 3 x (B, T, inner)
-            q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, d_head)
+            q, k, v = self._project(query, slice(None)).split([inner, inner, inner_v], dim=-1)  # (B, T, inner) ...
+            q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, d_head), v: (B, H, T, d_v)
         else:
             q = self._split(self._project(query, slice(0, inner)))  # (B, H, Tq, d_head)
-            k, v = self._project(key, slice(inner, None)).split(inner, dim=-1)  # 2 x (B, Tk, inner)
-            k, v = self._split(k), self._split(v)  # (B, H, Tk, d_head)
+            k, v = self._project(key, slice(inner, None)).split([inner, inner_v], dim=-1)  # (B, Tk, inner), (B, Tk, inner_v)
+            k, v = self._split(k), self._split(v)  # (B, H, Tk, d_head), v: (B, H, Tk, d_v)
         out, _ = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal,
                                               dropout_p=self.dropout if self.training else 0.0)
         B, H, Tq, Dh = out.shape

@@ -596,6 +596,7 @@ def build_book(
     parameters: dict[str, Any] | None = None,
     threads: int | None = None,
     timeout: int | None = None,
+    jobs: int | None = 1,
 ) -> BookResult:
     """Build the book: execute the notebooks (or reuse executed copies), then run Sphinx.
 
@@ -605,7 +606,8 @@ def build_book(
         only: notebook numbers or names to include (default: all, in series order).
         from_reports: reuse the executed notebooks of this ``notebooks run`` folder instead of running them.
         reports: where the notebooks are executed (ignored with ``from_reports``).
-        parameters, threads, timeout: as in :func:`workbench.notebooks.run_series`.
+        parameters, threads, timeout, jobs: as in :func:`workbench.notebooks.run_series` (``jobs=None``, as
+            the command line passes by default: two notebooks at a time on a machine with two or more cores).
 
     Returns:
         A :class:`BookResult`; a notebook that failed still gets its page (``result.ok`` is then False).
@@ -624,7 +626,7 @@ def build_book(
         pages = pages_from_reports(from_reports, only)
     else:
         results = run_series(out_dir=reports, smoke=smoke, only=only, parameters=parameters, threads=threads,
-                             timeout=timeout)
+                             timeout=timeout, jobs=jobs)
         pages = pages_from_reports(reports, [r["name"] for r in results])
     run_seconds = time.perf_counter() - t0 if from_reports is None else 0.0
     t1 = time.perf_counter()

@@ -156,7 +156,7 @@ def capture_attention(
         kinds: subset of ``("enc_self", "dec_self", "cross", "rnn_cross")``; None records every kind present.
         layers: layer indices to record (negatives count from the end); None records all.
         scores: also record the scaled pre-softmax scores ``QK^T / sqrt(d_k)`` (before masking).
-        qkv: also record per-head queries, keys and values (B, H, T, d_head).
+        qkv: also record per-head queries, keys and values (B, H, T, d_head); values (B, H, T, d_v).
         resid: also record the residual stream after each layer (``"resid_enc"``, ``"resid_dec"``).
 
     Yields:

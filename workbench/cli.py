@@ -42,6 +42,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key, value in cfg.to_dict().items():
         print(f"  {key:16s} {value}")
     print(f"  {'d_head':16s} {cfg.head_dim}")
+    print(f"  {'d_v':16s} {cfg.value_dim}")
     print(f"parameters: {count_parameters(model):,}")
     print(f"device 'auto' resolves to: {device}; torch {torch.__version__}")
     return 0
@@ -197,7 +198,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser().resolve()  # the kernels run elsewhere: resolve where the user stands
     data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else None
     results = run_series(out_dir=out, smoke=args.smoke, only=only, parameters=params or None, data_dir=data_dir,
-                         quiet=quiet, directory=args.dir)
+                         quiet=quiet, directory=args.dir, jobs=args.jobs)
     failed = [r for r in results if r.get("status") != "ok"]
     for r in results:
         print(f"{r['name']:40s} {r.get('status', '?'):6s} {r.get('seconds', 0):7.1f} s")
@@ -224,7 +225,7 @@ def cmd_book(args: argparse.Namespace) -> int:
         return 0
     result = build_book(out=args.out, smoke=args.smoke, only=args.only or None, from_reports=args.from_reports,
                         reports=args.reports, parameters=parse_parameters(args.param or []) or None,
-                        threads=args.threads)
+                        threads=args.threads, jobs=args.jobs)
     for page in result.pages:
         took = f"{page.seconds:7.1f} s" if page.seconds is not None else "      – "
         print(f"{page.name:40s} {page.status:6s} {took}")
@@ -375,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--verbose", action="store_true", help="also show papermill's log and the kernels' warnings")
     r.add_argument("--dir", default=None, help="run the notebooks of this folder (e.g. your copies) instead of the "
                                               "package's")
+    r.add_argument("--jobs", type=int, default=None, help="notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or $WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
     r.set_defaults(func=cmd_notebooks)
     r = nsub.add_parser("copy", help="copy the notebooks (.ipynb with its paired .py) into a folder to edit them")
     r.add_argument("target", metavar="DIR", help="the folder to copy into (created if missing)")
@@ -393,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", action="append", help="include only notebooks whose number or name matches (repeatable)")
     b.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook that has it")
     b.add_argument("--threads", type=int, default=None, help="torch threads in the notebook kernels")
+    b.add_argument("--jobs", type=int, default=None, help="notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or $WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
     b.set_defaults(func=cmd_book)
     b = bsub.add_parser("serve", help="serve a built book over HTTP on this machine")
     b.add_argument("--dir", default="book", help="the book's folder")

@@ -31,7 +31,8 @@ class ModelConfig:
     d_ff: int = 2048  # inner width of the position-wise feed-forward network (paper: 2048)
     n_enc_layers: int = 6  # identical encoder layers (paper: N = 6)
     n_dec_layers: int = 6  # identical decoder layers (paper: N = 6)
-    d_head: int | None = None  # per-head query/key/value width d_k = d_v; None means d_model // n_heads
+    d_head: int | None = None  # per-head query/key width d_k (and d_v unless set below); None means d_model // n_heads
+    d_v: int | None = None  # per-head value width d_v (paper Table 3 row B varies d_k alone); None means d_v = d_k
     dropout: float = 0.1  # P_drop on sub-layer outputs and on embeddings + positions (paper: 0.1)
     attn_dropout: float = 0.0  # dropout on attention weights (not in the paper; 0 keeps fused kernels exact)
     max_len: int = 256  # longest sequence the positional table covers (source or target, in tokens)
@@ -57,6 +58,8 @@ class ModelConfig:
             )
         else:
             _check(isinstance(self.d_head, int) and self.d_head > 0, "d_head", self.d_head, "use a positive integer or None")
+        if self.d_v is not None:
+            _check(isinstance(self.d_v, int) and self.d_v > 0, "d_v", self.d_v, "use a positive integer or None")
         for name in ("dropout", "attn_dropout"):
             value = getattr(self, name)
             _check(isinstance(value, (int, float)) and 0.0 <= value < 1.0, name, value, "use a probability in [0, 1)")
@@ -66,8 +69,13 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        """Per-head width d_k = d_v (``d_head`` or ``d_model // n_heads``)."""
+        """Per-head query/key width d_k (``d_head`` or ``d_model // n_heads``)."""
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def value_dim(self) -> int:
+        """Per-head value width d_v (``d_v``, or d_k when unset)."""
+        return self.d_v if self.d_v is not None else self.head_dim
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

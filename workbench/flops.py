@@ -41,25 +41,26 @@ def forward_flops(
     """FLOPs of one encoder-decoder forward pass (with the generator) on padded shapes.
 
     Args:
-        cfg: the model's sizes (``d_model``, ``d_ff``, layer counts, ``n_heads * d_head``).
+        cfg: the model's sizes (``d_model``, ``d_ff``, layer counts, ``n_heads * d_head``, ``n_heads * d_v``).
         batch, src_len, tgt_len: the padded batch shape, source (B, S) and target input (B, T).
         vocab: target vocabulary size (the generator's output width).
         n_projected: target positions the generator projects (training: the non-padding targets);
             None means all ``batch * tgt_len``.
     """
     B, S, T, d, f = batch, src_len, tgt_len, cfg.d_model, cfg.d_ff
-    inner = cfg.n_heads * cfg.head_dim
+    inner, inner_v = cfg.n_heads * cfg.head_dim, cfg.n_heads * cfg.value_dim  # h d_k, h d_v
+    qkvo = 2 * inner + 2 * inner_v  # output widths of W^Q, W^K, W^V plus the input width of W^O
     enc = (
-        2 * B * S * d * inner * 4  # Q, K, V and output projections
-        + 2 * B * S * S * inner * 2  # Q K^T and weights @ V
+        2 * B * S * d * qkvo  # Q, K, V and output projections
+        + 2 * B * S * S * (inner + inner_v)  # Q K^T and weights @ V
         + 2 * B * S * d * f * 2  # position-wise feed-forward, two layers
     )
     dec = (
-        2 * B * T * d * inner * 4  # self-attention projections
-        + 2 * B * T * T * inner * 2  # self-attention scores and values
-        + 2 * B * T * d * inner * 2  # cross-attention Q and output projections
-        + 2 * B * S * d * inner * 2  # cross-attention K and V (from memory)
-        + 2 * B * T * S * inner * 2  # cross-attention scores and values
+        2 * B * T * d * qkvo  # self-attention projections
+        + 2 * B * T * T * (inner + inner_v)  # self-attention scores and values
+        + 2 * B * T * d * (inner + inner_v)  # cross-attention Q and output projections
+        + 2 * B * S * d * (inner + inner_v)  # cross-attention K and V (from memory)
+        + 2 * B * T * S * (inner + inner_v)  # cross-attention scores and values
         + 2 * B * T * d * f * 2  # feed-forward
     )
     generator = 2 * (B * T if n_projected is None else n_projected) * d * vocab

@@ -82,7 +82,7 @@ def gate_heads(model: nn.Module, gates: dict[HeadKey, Tensor]) -> Iterator[dict[
                 raise KeyError(f"no attention block {key}; the model has {sorted(blocks)}")
 
             def scale(_m: nn.Module, _inp: Any, out: Tensor, gate: Tensor = gate) -> Tensor:
-                return out * gate.to(out.dtype)[None, :, None, None]  # (B, H, Tq, d_head)
+                return out * gate.to(out.dtype)[None, :, None, None]  # (B, H, Tq, d_v)
 
             handles.append(blocks[key].hook_z.register_forward_hook(scale))
         yield gates

@@ -1,12 +1,12 @@
 """Head interventions: switch attention heads off for the duration of a ``with`` block, weights untouched.
 
-Every multi-head block carries a hook point ``hook_z`` on its per-head outputs ``z`` (B, H, Tq, d_head): the
+Every multi-head block carries a hook point ``hook_z`` on its per-head outputs ``z`` (B, H, Tq, d_v): the
 ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`` of the paper, just before they are concatenated and multiplied
 by ``W^O``. Ablating head ``h`` of a block replaces ``z[:, h]`` there, through a forward hook that is removed on
 exit (also when the body raises):
 
 * ``mode="zero"`` (the default): by zeros, so the head no longer reaches ``W^O`` (Michel et al., 2019; the
-  same as deleting the head's ``d_head`` input columns of ``W^O``);
+  same as deleting the head's ``d_v`` input columns of ``W^O``);
 * ``mode="mean"``: by the head's mean output over a reference set (:func:`head_means`), which keeps the
   average signal the next layers expect and removes only what depends on the input.
 
@@ -106,9 +106,9 @@ def _check_means(means: Mapping[BlockKey, Tensor] | None, grouped: dict[BlockKey
             raise InterventionError(f"means has no entry for block {key}: compute it with head_means(model, batches) "
                                     f"over the same model (it has {sorted(means)})")
         shape = tuple(means[key].shape)
-        if shape != (block.n_heads, block.d_head):
-            raise InterventionError(f"means[{key}] has shape {shape}, expected (n_heads, d_head) = "
-                                    f"{(block.n_heads, block.d_head)}: use head_means on this model")
+        if shape != (block.n_heads, block.d_v):
+            raise InterventionError(f"means[{key}] has shape {shape}, expected (n_heads, d_v) = "
+                                    f"{(block.n_heads, block.d_v)}: use head_means on this model")
 
 
 @contextlib.contextmanager
@@ -124,7 +124,7 @@ def ablate_heads(
         model: a workbench :class:`~workbench.model.Transformer`.
         heads: ``(kind, layer, head)`` triples; ``head=None`` switches off the whole layer of that kind.
         mode: ``"zero"`` replaces the heads' outputs by zeros, ``"mean"`` by their mean over a reference set.
-        means: for ``mode="mean"``: (kind, layer) -> (H, d_head) mean per-head outputs, from :func:`head_means`.
+        means: for ``mode="mean"``: (kind, layer) -> (H, d_v) mean per-head outputs, from :func:`head_means`.
 
     Yields:
         The ablated heads as a sorted list of ``(kind, layer, head)`` with whole layers expanded.
@@ -133,7 +133,7 @@ def ablate_heads(
         InterventionError: an unknown mode, kind, layer or head, or missing/ill-shaped means.
 
     Shapes:
-        the hooked per-head outputs z: (B, H, Tq, d_head); ``z[:, h]`` becomes 0 or ``means[kind, layer][h]``.
+        the hooked per-head outputs z: (B, H, Tq, d_v); ``z[:, h]`` becomes 0 or ``means[kind, layer][h]``.
     """
     if mode not in ABLATION_MODES:
         raise InterventionError(f"unknown ablation mode {mode!r}: choose from {ABLATION_MODES}")
@@ -152,11 +152,11 @@ def ablate_heads(
             if mode == "zero":
                 fill: Tensor | float = 0.0
             else:
-                fill = means[key].detach().to(device=device, dtype=block.in_proj_weight.dtype)[None, :, None, :]  # (1, H, 1, d_head)
+                fill = means[key].detach().to(device=device, dtype=block.in_proj_weight.dtype)[None, :, None, :]  # (1, H, 1, d_v)
 
             def replace(_m: nn.Module, _inp: Any, z: Tensor, off: Tensor = off, fill: Tensor | float = fill) -> Tensor:
                 f = fill.to(z.dtype) if isinstance(fill, Tensor) else fill
-                return torch.where(off, f, z)  # (B, H, Tq, d_head)
+                return torch.where(off, f, z)  # (B, H, Tq, d_v)
 
             handles.append(block.hook_z.register_forward_hook(replace))
         yield [(kind, layer, h) for (kind, layer), hs in grouped.items() for h in hs]
@@ -185,13 +185,13 @@ def head_means(model: nn.Module, batches: Iterable[Any]) -> dict[BlockKey, Tenso
         batches: :class:`~workbench.batching.Batch` objects (``src``, ``tgt_in``) or ``(src, tgt_in)`` pairs.
 
     Returns:
-        (kind, layer) -> (H, d_head) float32 tensor on the CPU.
+        (kind, layer) -> (H, d_v) float32 tensor on the CPU.
     """
     blocks = attention_blocks(model)
     if not blocks:
         raise InterventionError(f"{type(model).__name__} has no multi-head attention blocks with a hook_z point")
     device = next(model.parameters()).device
-    sums = {key: torch.zeros(b.n_heads, b.d_head, dtype=torch.float64) for key, b in blocks.items()}
+    sums = {key: torch.zeros(b.n_heads, b.d_v, dtype=torch.float64) for key, b in blocks.items()}
     counts = dict.fromkeys(blocks, 0)
     query_mask: dict[str, Tensor] = {}
     handles = []
@@ -202,7 +202,7 @@ def head_means(model: nn.Module, batches: Iterable[Any]) -> dict[BlockKey, Tenso
             def record(_m: nn.Module, _inp: Any, z: Tensor, key: BlockKey = key) -> None:
                 real = query_mask["src" if key[0] == "enc_self" else "tgt"]  # (B, Tq)
                 weights = real[:, None, :, None].to(z.dtype)  # (B, 1, Tq, 1)
-                sums[key] += (z * weights).sum((0, 2)).double().cpu()  # (H, d_head)
+                sums[key] += (z * weights).sum((0, 2)).double().cpu()  # (H, d_v)
                 counts[key] += int(real.sum())
 
             handles.append(block.hook_z.register_forward_hook(record))

@@ -84,7 +84,7 @@ class ResidualLayer(nn.Module):
 
 
 def _attention(cfg: ModelConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout)
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.d_head, cfg.attn_dropout, d_v=cfg.d_v)
 
 
 def _feed_forward(cfg: ModelConfig) -> FeedForward:

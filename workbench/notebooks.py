@@ -482,6 +482,7 @@ def run_series(
     threads: int | None = None,
     data_dir: str | Path | None = None,
     quiet: bool = False,
+    jobs: int | None = 1,
 ) -> list[dict[str, Any]]:
     """Run the numbered notebooks in order and write their reports plus ``out_dir/index.html``.
 
@@ -493,6 +494,11 @@ def run_series(
             declares is an error (with the closest declared name).
         directory: the notebook folder (default: see :func:`notebooks_dir`).
         kernel_name, timeout, threads, data_dir, quiet: as in :func:`run_notebook`.
+        jobs: notebooks executed at the same time, each in its own worker process and kernel (None: see
+            :func:`default_jobs`). With more than one, ``threads=None`` gives each kernel an equal share of the
+            cores instead of torch's one thread per core, so the kernels do not oversubscribe the CPU. The
+            notebooks are independent (each has its own folder and seeds), so the results are the same ones a
+            serial run with that many threads gives; they come back in series order.
 
     Returns:
         One result dict per notebook (see :func:`run_notebook`); a failing notebook does not stop the series.
@@ -509,15 +515,68 @@ def run_series(
         close = {u: difflib.get_close_matches(u, sorted(known), n=1, cutoff=0.5) for u in unknown}
         hints = ", ".join(f"{u} (did you mean {c[0]}?)" if c else u for u, c in close.items())
         raise NotebookParameterError(f"no selected notebook has the parameter(s) {hints}; known: {sorted(known)}")
+    jobs = default_jobs() if jobs is None else jobs
+    if not isinstance(jobs, int) or jobs < 1:
+        raise NotebookParameterError(f"jobs={jobs!r}: use 1 (one notebook at a time) or more, or None for "
+                                     f"{default_jobs()} on this machine")
+    jobs = min(jobs, max(1, len(notebooks)))
+    if jobs > 1 and threads is None:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+    kwargs = dict(smoke=smoke, kernel_name=kernel_name, timeout=timeout, threads=threads, data_dir=data_dir, quiet=quiet)
+    own = {nb: {k: v for k, v in parameters.items() if k in declared[nb]} for nb in notebooks}
     results: list[dict[str, Any]] = []
-    bar = tqdm(notebooks, desc="notebooks", unit="nb")
-    for nb in bar:
-        bar.set_postfix_str(nb.stem, refresh=True)
-        own = {k: v for k, v in parameters.items() if k in declared[nb]}
-        results.append(run_notebook(nb, out, parameters=own, smoke=smoke, kernel_name=kernel_name, timeout=timeout,
-                                    threads=threads, data_dir=data_dir, quiet=quiet))
-        write_index(results, out)  # refreshed after every notebook, so a long series can be watched
-    return results
+    if jobs == 1:
+        bar = tqdm(notebooks, desc="notebooks", unit="nb")
+        for nb in bar:
+            bar.set_postfix_str(nb.stem, refresh=True)
+            results.append(run_notebook(nb, out, parameters=own[nb], **kwargs))
+            write_index(results, out)  # refreshed after every notebook, so a long series can be watched
+        return results
+    # worker processes, not threads: run_notebook sets the kernel's environment in os.environ, which is per process
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    done: dict[Path, dict[str, Any]] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool, \
+            tqdm(total=len(notebooks), desc=f"notebooks ({jobs} at a time)", unit="nb") as bar:
+        # the longest notebooks first would balance better, but series order keeps the index readable as it fills
+        futures = {pool.submit(_run_in_worker, nb, out, own[nb], kwargs): nb for nb in notebooks}
+        for future in as_completed(futures):
+            nb = futures[future]
+            done[nb] = future.result()
+            bar.set_postfix_str(nb.stem, refresh=False)
+            bar.update(1)
+            write_index([done[n] for n in notebooks if n in done], out)
+    return [done[nb] for nb in notebooks]
+
+
+def _run_in_worker(nb: Path, out: Path, parameters: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_notebook` in a worker process, whose loggers start unconfigured: keep them as quiet as the
+    caller's console (a failure still comes back in the result)."""
+    if kwargs.get("quiet"):
+        for name in ("papermill", __name__):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    return run_notebook(nb, out, parameters=parameters, **kwargs)
+
+
+def default_jobs() -> int:
+    """Notebooks run at the same time by default: 2 on a machine with 2 or more cores, else 1.
+
+    Most cells of a lesson (plotting, tokenising, sacreBLEU, small tensor operations) use one core, and torch's
+    second thread speeds the training cells up by far less than 2x, so two kernels with one thread each finish the
+    series sooner on 2 cores than one kernel with two (``bench/results/book-*.json`` has the measurements).
+    ``$WORKBENCH_NOTEBOOK_JOBS`` overrides it.
+    """
+    env = os.environ.get("WORKBENCH_NOTEBOOK_JOBS")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise NotebookParameterError(f"WORKBENCH_NOTEBOOK_JOBS={env!r}: use a whole number such as 1 or 2") from None
+        if value < 1:
+            raise NotebookParameterError(f"WORKBENCH_NOTEBOOK_JOBS={env!r}: use 1 or more")
+        return value
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
 def main_run(

@@ -122,20 +122,24 @@ class History:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: Sequence[Batch], pad_id: int, device: torch.device | None = None) -> dict[str, float]:
-    """Mean cross-entropy per target token, perplexity and token accuracy (no label smoothing)."""
+    """Mean cross-entropy per target token, perplexity, token accuracy (no label smoothing) and the mean entropy of
+    the predicted next-token distributions (nats; how unsure the model is, whatever the right token)."""
     was_training = model.training
     model.eval()
     device = device or next(model.parameters()).device
-    total, n, correct = 0.0, 0, 0
+    total, n, correct, entropy = 0.0, 0, 0, 0.0
     for b in batches:
         b = b.to(device)
         logits, targets = real_target_logits(model, model, b, pad_id)  # (N, V), (N,)
-        total += float(F.cross_entropy(logits.float(), targets, reduction="sum"))
+        logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+        total += float(F.nll_loss(logp, targets, reduction="sum"))
+        entropy += float(-(logp.exp() * logp).sum())
         n += targets.shape[0]
         correct += int((logits.argmax(-1) == targets).sum())
     model.train(was_training)
     mean = total / max(n, 1)
-    return {"loss": mean, "ppl": math.exp(min(mean, 50.0)), "accuracy": correct / max(n, 1)}
+    return {"loss": mean, "ppl": math.exp(min(mean, 50.0)), "accuracy": correct / max(n, 1),
+            "entropy": entropy / max(n, 1)}
 
 
 def _encode(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_len: int) -> tuple[list[list[int]], list[list[int]]]:

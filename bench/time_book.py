@@ -1,0 +1,69 @@
+"""How long the book takes to build from nothing: the notebook series executed cold, then Sphinx.
+
+    python bench/time_book.py [--smoke] [--jobs N] [--threads N] [--json FILE]
+
+Runs ``workbench book build`` (the same :func:`workbench.book.build_book` the command calls) with an empty model
+cache (``WORKBENCH_CACHE`` set to a new temporary folder, so the one notebook that caches a trained model trains it
+again) into temporary folders, and prints the wall time of the whole build, of the notebooks and of Sphinx, and each
+notebook's own seconds. ``--json`` also writes them with the machine, torch version, commit and every notebook's
+status. Needs the Multi30k files (``WORKBENCH_MULTI30K``) and the ``book`` extra. Run it on an idle machine: the
+figures are wall-clock times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from workbench.benchmark import _cpu_model, git_state
+from workbench.book import build_book
+from workbench.notebooks import default_jobs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="the SMOKE series (what CI builds)")
+    ap.add_argument("--jobs", type=int, default=None, help=f"notebooks at a time (default here: {default_jobs()})")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per kernel (default: cores / jobs)")
+    ap.add_argument("--only", action="append", help="time only these notebooks (number or name, repeatable)")
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    args = ap.parse_args()
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    with tempfile.TemporaryDirectory(prefix="workbench-time-book-") as tmp:
+        os.environ["WORKBENCH_CACHE"] = str(Path(tmp) / "cache")  # cold: nothing trained before
+        t0 = time.perf_counter()
+        result = build_book(out=Path(tmp) / "book", smoke=args.smoke, only=args.only, reports=Path(tmp) / "reports",
+                            threads=args.threads, jobs=jobs)
+        wall = time.perf_counter() - t0
+    pages = [{"name": p.name, "status": p.status, "seconds": p.seconds} for p in result.pages]
+    for p in pages:
+        print(f"{p['name']:40s} {p['status']:6s} {p['seconds'] or 0:7.1f} s")
+    print(f"whole build {wall:.0f} s ({wall / 60:.1f} min): notebooks {result.run_seconds:.0f} s, "
+          f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, "
+          f"{args.threads or max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else args.threads or 'torch default'}"
+          f" thread(s) each; sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
+    if args.json:
+        record = {
+            "command": "python bench/time_book.py " + " ".join(sys.argv[1:]),
+            "smoke": args.smoke, "jobs": jobs, "threads": args.threads, "wall_seconds": round(wall, 1),
+            "notebook_seconds": round(result.run_seconds, 1), "sphinx_seconds": round(result.sphinx_seconds, 1),
+            "pages": pages, "ok": result.ok,
+            "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+                        "python": platform.python_version(), "torch": torch.__version__},
+            "git": git_state(),
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+    sys.exit(0 if result.ok else 1)
+
+
+if __name__ == "__main__":
+    main()
