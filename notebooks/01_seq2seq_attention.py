@@ -38,7 +38,7 @@
 # %% tags=["parameters"]
 SMOKE: bool = False  # tiny data and a few seconds of training (what CI runs)
 SEED: int = 0  # seeds every random draw in the notebook
-TRAIN_STEPS: int = 400  # optimizer steps per model, with and without attention (about a minute each on 2 CPU cores)
+TRAIN_STEPS: int = 300  # optimizer steps per model, with and without attention (about a minute each on 2 CPU cores)
 TRAIN_PAIRS: int = 12000  # Multi30k training pairs used (de -> en)
 D_MODEL: int = 256  # GRU state size
 
@@ -147,8 +147,9 @@ assert torch.allclose(w.sum(-1), torch.ones(w.shape[0]), atol=1e-5)
 metrics["alignment_rows_sum_to_one"] = True
 
 # %% [markdown]
-# The model above trained for a minute, so its alignment is still blurry. The workbench ships the same architecture
-# trained for 100 CPU minutes (`gru-de-en`, 34.3 sacreBLEU on test_2016_flickr, see `workbench pretrained list`):
+# The model above trained for about a minute, so its alignment is still blurry. The workbench ships the same
+# architecture trained for 170 CPU minutes (`gru-de-en`, 34.8 sacreBLEU with beam 4 on test_2016_flickr, see
+# `workbench pretrained list`):
 # its attention lines most output words up with the source word they translate.
 
 # %%
@@ -169,7 +170,7 @@ with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 # what this notebook demonstrated
 assert metrics["val_loss_attention"] < metrics["val_loss_no_attention"], "attention should fit the data better"
-assert metrics["bleu_attention"] >= metrics["bleu_no_attention"]
+assert metrics["bleu_attention"] > metrics["bleu_no_attention"]  # strictly: two models that learnt nothing tie at 0
 # a trained attention decoder looks at a few source tokens, not everywhere: its average peak weight is more than
 # three times the uniform weight (measured on the shipped model for this sentence: 0.95 against 0.08)
 assert metrics["shipped_gru_mean_peak_weight"] > 3 * metrics["shipped_gru_uniform_weight"]
@@ -177,7 +178,7 @@ assert metrics["shipped_gru_mean_peak_weight"] > 3 * metrics["shipped_gru_unifor
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 01 -p TRAIN_STEPS=1200` — three times the training for both models: does the
+# * `workbench notebooks run --only 01 -p TRAIN_STEPS=1200` — four times the training for both models: does the
 #   validation-loss gap between attention and the last-state baseline grow or shrink, and does the alignment heatmap
 #   of the notebook's own model start to look like the shipped `gru-de-en`'s?
 # * `workbench notebooks run --only 01 -p D_MODEL=64` — a four times narrower state, so a tighter bottleneck: in the

@@ -87,10 +87,11 @@ def score(name, m, beam):
                      "seconds": time.perf_counter() - t0, "signature": b.signature}
     return hyps
 hyps_greedy = score("last, greedy", model, 1)
-hyps_beam = score("last, beam 4", model, 4)
+best, best_model = "last", model
 if state.get("run_dir"):  # the average of the last checkpoints (notebook 07 shows what averaging does to the weights)
-    avg_model, _, _ = load_model(average_last(state["run_dir"], last=5))
-    hyps_avg = score("averaged, beam 4", avg_model, 4)
+    best, best_model = "averaged", load_model(average_last(state["run_dir"], last=5))[0]
+    score("averaged, greedy", best_model, 1)  # averaging alone, decoded the same way as the last checkpoint
+hyps_beam = score(f"{best}, beam 4", best_model, 4)  # beam search alone, on the same weights as the line above
 import pandas as pd
 pd.DataFrame(results).T
 
@@ -164,27 +165,31 @@ if rnn_steps:
 else:
     print("RNN_STEPS = 0: no recurrent baseline trained here (the shipped gru-de-en above is the baseline)")
 figures.bar_figure(list(results), [r["bleu"] for r in results.values()], title="sacreBLEU on test_2016_flickr", ylabel="BLEU").show()
-metrics.update({k: v["bleu"] for k, v in results.items()}, signature=results["last, beam 4"]["signature"], n_test=len(test))
+metrics.update({k: v["bleu"] for k, v in results.items()}, signature=results[f"{best}, beam 4"]["signature"], n_test=len(test))
 
 # %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["signature"].startswith("nrefs:1|case:mixed")
-assert results["last, beam 4"]["tok_bleu"] >= results["last, beam 4"]["bleu"] - 1e-9 or SMOKE  # lower-casing only adds matches
+assert results[f"{best}, beam 4"]["tok_bleu"] >= results[f"{best}, beam 4"]["bleu"] - 1e-9 or SMOKE  # lower-casing only adds matches
 if SMOKE:  # seconds of training: the model must at least beat a uniform guess over the vocabulary
     assert history["val_loss"][-1] < math.log(tok.tgt_vocab_size)
-else:     # a translator well above noise, as the recipe delivers it (the average of the last checkpoints, Section 6.1):
-          # 10.2 and 10.4 beam 4 in two default runs; a model that learnt nothing scores below 1. The last checkpoint
-          # alone is not asserted: it gave 10.0 and 7.2 (greedy 5.5 and 3.9) in those runs, because at step 400 the
-          # learning rate peaks and the training loss rises again (history above); averaging smooths that out
+elif not CHECKPOINT:  # a translator well above noise, as the recipe delivers it (the average of the last checkpoints,
+    # Section 6.1): 10.2, 10.4 and 11.9 beam 4 in three default runs; a model that learnt nothing scores below 1. The
+    # last checkpoint alone is not asserted: it gave 10.0, 7.2 and 10.5 beam 4 (greedy 5.5, 3.9 and 5.6) in those runs,
+    # because at step 400 the learning rate peaks and the training loss rises again (history above); averaging
+    # smooths that out
     assert metrics["averaged, beam 4"] > 8.0
-    assert metrics["last, beam 4"] >= metrics["last, greedy"] - 1.0  # beam search is not worse than greedy
+    # beam search beats greedy decoding on the same weights (three default runs: +3.3 to +4.9 BLEU on the last
+    # checkpoint; this check was "not worse than greedy - 1" before)
+    assert metrics["averaged, beam 4"] > metrics["averaged, greedy"]
 # the shipped Transformer beats the shipped GRU trained beside it under the same budget, on the whole test set (cards:
 # 39.9 vs 34.8 beam 4; the test suite re-decodes both and checks the cards)
 assert metrics["shipped small-de-en, beam 4"] > metrics["shipped gru-de-en, beam 4"]
 # the shipped translator, trained for 170 CPU minutes, is far ahead of what this notebook trains in a few minutes:
 # more than 10 BLEU (its card: 39.9 on the whole test set; our 400-step model gives about 10, a SMOKE one about 0)
-assert metrics["shipped small-de-en, beam 4"] > metrics["last, beam 4"] + 10
+if not CHECKPOINT:
+    assert metrics["shipped small-de-en, beam 4"] > metrics[f"{best}, beam 4"] + 10
 
 # %% [markdown]
 # ## Try it

@@ -153,16 +153,22 @@ metrics.update(rows=rows, signs=signs, noise_margin_log_ppl=margin, bleu_signs=b
 # Which verdicts come out depends on the budget. With `STEPS_PER_VARIANT` steps, all inside the warm-up, every model
 # is still far from converged, while the paper's rows were trained for 100K steps. In the SMOKE run (60 steps of a
 # tiny model) the two base runs land about 6 % apart in perplexity, more than any variant moves, so every directional
-# trend is "within noise" there: SMOKE checks the machinery, not the paper. Two default runs (200 steps a row, seed 0;
-# one with 1 torch thread, one with 2, which changes the arithmetic order and so the result) gave a noise yardstick
-# of 0.024 and 0.016 in log-perplexity. Label smoothing raised the perplexity in both (by 0.039 and 0.059): that sign
-# holds beyond the noise and is asserted below for default-size runs. One head was worse in the first (0.027) and
-# within noise in the second (0.006); smaller keys were within noise in both; one layer (-0.066, -0.085) and no
-# dropout (-0.042, -0.055) came out *better* in both, and learned positions differed from sinusoids by more than the
-# noise (-0.057, -0.081). Those are reported, not asserted. Two of the paper's trends have a reason
-# to come out differently in any short run: dropout slows early fitting and only pays off against over-fitting later,
-# and a deeper model can trail a shallower one before it has had the steps to use its depth. What is asserted below
-# is what this notebook can guarantee: every variant trained and is the model it claims to be.
+# trend is "within noise" there: SMOKE checks the machinery, not the paper. Four default runs (200 steps a row, seed 0;
+# 1 or 2 torch threads, which changes the arithmetic order and so the result) gave noise yardsticks of 0.016 to 0.056 in
+# log-perplexity. In all four, one layer and no dropout came out *better* than the base (by 0.04 to 0.16) and learned
+# positions differed from sinusoids by more than the noise (0.06 to 0.13). Smaller keys were within noise three times
+# and worse once (in a run where (B) still shrank d_v with d_k); one head was worse once and within noise three
+# times. Label smoothing raised the perplexity beyond the noise in the first two runs (0.039, 0.059) and stayed within it in the two made after the dropout kernel changed
+# its random draws (a wrong-way 0.026, then 0.051 against yardsticks of 0.029 and 0.056): at this budget that sign is
+# not robust, so it is reported, not asserted. By BLEU (one run), both regularisers were within noise (the two base runs differ
+# by about 1.8 BLEU on 300 sentences). Two of the paper's trends have a reason to come out differently in any short
+# run: dropout slows early fitting and only pays off against over-fitting later, and a deeper model can trail a
+# shallower one before it has had the steps to use its depth.
+#
+# What does hold at every size we ran is the paper's *reason* for the label-smoothing row: the smoothed model is less
+# sure of its next token. Its mean predictive entropy on val was 0.59 nats above the unsmoothed model's at default size
+# (yardstick 0.08) and 0.18 above at SMOKE size (yardstick 0.07). That is asserted below, with what the notebook can
+# guarantee: every variant trained and is the model it claims to be.
 #
 # The variants are checked against their definitions, parameter by parameter: the (A) rows keep the base's parameter
 # count exactly (the paper varies heads "keeping the amount of computation constant"); (B) shrinks the keys only, as the
@@ -184,11 +190,13 @@ assert b["params"] - rows["(B) d_k=D/8 (smaller keys)"]["params"] == n_attn * 2 
 assert rows["(E) learned positions"]["params"] - b["params"] == 2 * base.max_len * D
 assert rows["(C) 1 layer"]["params"] < b["params"]
 assert rows["base, other initial weights"]["params"] == b["params"] and margin > 0   # the yardstick is a real second run
-# which trends keep the paper's sign is reported above (metrics["signs"]); the one that held beyond the noise in both
-# default runs (label smoothing raises perplexity: -0.039 and -0.059 against yardsticks of 0.024 and 0.016) is
-# asserted at default size; at SMOKE size every trend is within noise, so nothing directional is asserted there
-if not SMOKE:
-    assert signs["(D) label smoothing raises perplexity"]["verdict"] == "agrees"
+# which trends keep the paper's sign is reported above (metrics["signs"], metrics["bleu_signs"]), not asserted: the
+# label-smoothing perplexity sign, asserted at default size until this commit, held beyond the noise in two default
+# runs before the dropout kernel changed its random draws and within the noise in the two after it (+0.026 against
+# 0.029, -0.051 against 0.056), so no perplexity sign is robust at 200 steps a row. The paper's reason for that row
+# is: the label-smoothed base is less sure of its next token than the unsmoothed model, by more than two runs of the
+# same model differ (measured: +0.59 nats against 0.08 at default size, +0.18 against 0.07 at SMOKE size)
+assert ls_unsure > entropy_margin
 
 # %% [markdown]
 # ## Try it

@@ -58,6 +58,12 @@ PATH_PARAMETER = re.compile(r"^(CHECKPOINT|[A-Z0-9_]+_(DIR|FILE|PATH))$")
 QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
+# seconds each notebook of the series took at default parameters, one at a time, on an idle 2-core CPU (the serial
+# build in bench/results/book/full-serial-88d7eb0.json); only the order in which side-by-side runs start uses them
+DEFAULT_SECONDS = {"01": 174, "02": 10, "03": 8, "04": 46, "05": 8, "06": 39, "07": 30, "08": 396, "09": 59, "10": 14,
+                   "11": 244, "12": 144}
+
+
 # -- where the notebooks are ------------------------------------------------------------------------------------
 PACKAGED_DIR = "notebook_files"  # the copy inside the installed package (pyproject.toml maps notebooks/ there)
 
@@ -537,10 +543,12 @@ def run_series(
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     done: dict[Path, dict[str, Any]] = {}
+    # the longest first (known series notebooks by their measured default time, others after them in series order),
+    # so that no long notebook starts last while the other workers run out of work
+    start_order = sorted(notebooks, key=lambda nb: -DEFAULT_SECONDS.get(nb.stem.split("_", 1)[0], 0.0))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool, \
             tqdm(total=len(notebooks), desc=f"notebooks ({jobs} at a time)", unit="nb") as bar:
-        # the longest notebooks first would balance better, but series order keeps the index readable as it fills
-        futures = {pool.submit(_run_in_worker, nb, out, own[nb], kwargs): nb for nb in notebooks}
+        futures = {pool.submit(_run_in_worker, nb, out, own[nb], kwargs): nb for nb in start_order}
         for future in as_completed(futures):
             nb = futures[future]
             done[nb] = future.result()
@@ -564,7 +572,7 @@ def default_jobs() -> int:
 
     Most cells of a lesson (plotting, tokenising, sacreBLEU, small tensor operations) use one core, and torch's
     second thread speeds the training cells up by far less than 2x, so two kernels with one thread each finish the
-    series sooner on 2 cores than one kernel with two (``bench/results/book-*.json`` has the measurements).
+    series sooner on 2 cores than one kernel with two (``bench/results/book/`` has the measurements).
     ``$WORKBENCH_NOTEBOOK_JOBS`` overrides it.
     """
     env = os.environ.get("WORKBENCH_NOTEBOOK_JOBS")
