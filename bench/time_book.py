@@ -35,12 +35,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads per kernel (default: cores / jobs)")
     ap.add_argument("--only", action="append", help="time only these notebooks (number or name, repeatable)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="keep the executed notebooks (and their metrics.json) in DIR/reports and the book in DIR/book")
     args = ap.parse_args()
     jobs = default_jobs() if args.jobs is None else args.jobs
     with tempfile.TemporaryDirectory(prefix="workbench-time-book-") as tmp:
         os.environ["WORKBENCH_CACHE"] = str(Path(tmp) / "cache")  # cold: nothing trained before
+        where = Path(args.keep).resolve() if args.keep else Path(tmp)
         t0 = time.perf_counter()
-        result = build_book(out=Path(tmp) / "book", smoke=args.smoke, only=args.only, reports=Path(tmp) / "reports",
+        result = build_book(out=where / "book", smoke=args.smoke, only=args.only, reports=where / "reports",
                             threads=args.threads, jobs=jobs)
         wall = time.perf_counter() - t0
     pages = [{"name": p.name, "status": p.status, "seconds": p.seconds} for p in result.pages]
@@ -56,6 +59,7 @@ def main() -> None:
             "smoke": args.smoke, "jobs": jobs, "threads": args.threads, "wall_seconds": round(wall, 1),
             "notebook_seconds": round(result.run_seconds, 1), "sphinx_seconds": round(result.sphinx_seconds, 1),
             "pages": pages, "ok": result.ok,
+            "metrics": {p.name: p.metrics for p in result.pages},
             "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
                         "python": platform.python_version(), "torch": torch.__version__},
             "git": git_state(),

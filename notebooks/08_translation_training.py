@@ -29,6 +29,7 @@ SMOKE: bool = False  # tiny model, a few seconds of training (what CI runs)
 SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # evaluate this checkpoint instead of training (e.g. runs/bench-small/averaged.pt)
 TRAIN_STEPS: int = 400  # Transformer optimizer steps (about 8 minutes on 2 CPU cores; the model is cached)
+MAX_TOKENS: int = 3072  # token budget of one training batch (source + target, padded)
 RNN_STEPS: int = 0  # optimizer steps of a recurrent baseline trained here on the same batches (0: skip; 400: ~5 min)
 N_TEST: int = 1000  # test_2016_flickr sentences to score; the split has 1000
 
@@ -51,7 +52,7 @@ if SMOKE:
     n_test, rnn_steps, rnn_warmup = 60, 150, 200
 else:
     # no greedy decoding of val at each epoch's end (the cells below score the whole test set anyway): ~30 s saved
-    kw = dict(preset_name="small", max_steps=TRAIN_STEPS, seed=SEED, max_tokens=3072, warmup_steps=400, checkpoint_every=150,
+    kw = dict(preset_name="small", max_steps=TRAIN_STEPS, seed=SEED, max_tokens=MAX_TOKENS, warmup_steps=400, checkpoint_every=150,
               eval_bleu=False)
     n_test, rnn_steps, rnn_warmup = N_TEST, RNN_STEPS, 150  # SMOKE always trains its small baseline (tests the path)
 kw["minutes"] = None  # no wall-clock budget: the step count decides
