@@ -570,9 +570,10 @@ def _run_in_worker(nb: Path, out: Path, parameters: dict[str, Any], kwargs: dict
 def default_jobs() -> int:
     """Notebooks run at the same time by default: 2 on a machine with 2 or more cores, else 1.
 
-    Most cells of a lesson (plotting, tokenising, sacreBLEU, small tensor operations) use one core, and torch's
-    second thread speeds the training cells up by far less than 2x, so two kernels with one thread each finish the
-    series sooner on 2 cores than one kernel with two (``bench/results/book/`` has the measurements).
+    The training cells of the Transformer notebooks use a second torch thread almost fully (08 took 396 s with two
+    threads, 637 s with one), but the rest of a lesson (kernel start-up, plotting, tokenising, sacreBLEU, small
+    tensor operations, decoding loops) keeps one core busy, so two kernels with one thread each finished the same
+    series sooner on 2 cores than one kernel with two: 17 min 29 s against 19 min 57 s (``bench/results/book/``).
     ``$WORKBENCH_NOTEBOOK_JOBS`` overrides it.
     """
     env = os.environ.get("WORKBENCH_NOTEBOOK_JOBS")
