@@ -25,7 +25,7 @@ import torch
 
 from workbench.benchmark import _cpu_model, git_state
 from workbench.book import build_book
-from workbench.notebooks import default_jobs
+from workbench.notebooks import default_jobs, kernel_threads
 
 
 def main() -> None:
@@ -49,10 +49,10 @@ def main() -> None:
     pages = [{"name": p.name, "status": p.status, "seconds": p.seconds} for p in result.pages]
     for p in pages:
         print(f"{p['name']:40s} {p['status']:6s} {p['seconds'] or 0:7.1f} s")
+    threads = kernel_threads(jobs, args.threads)
     print(f"whole build {wall:.0f} s ({wall / 60:.1f} min): notebooks {result.run_seconds:.0f} s, "
-          f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, "
-          f"{args.threads or max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else args.threads or 'torch default'}"
-          f" thread(s) each; sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
+          f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, {threads or 'torch default'} "
+          f"thread(s) each; sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
     if args.json:
         record = {
             "command": "python bench/time_book.py " + " ".join(sys.argv[1:]),

@@ -186,6 +186,8 @@ assert len({round(r["val_ppl"], 6) for r in rows.values()}) == len(rows)        
 # the variants are what they claim, counted from their definitions
 n_attn = base.n_enc_layers + 2 * base.n_dec_layers                                     # attention modules in the model
 assert rows["(A) h=1, d_k=D"]["params"] == rows["(A) h=8, d_k=D/8"]["params"] == b["params"]
+# (B) now shrinks W^Q and W^K only (d_v kept, as the paper's row): 2 (D + 1) h (d_k - D/8) per module; the earlier
+# (4D + 3) form counted W^V and W^O shrinking too, which the paper's 58M / 60M rule out (tests/test_model.py)
 assert b["params"] - rows["(B) d_k=D/8 (smaller keys)"]["params"] == n_attn * 2 * (D + 1) * base.n_heads * (base.head_dim - D // 8)
 assert rows["(E) learned positions"]["params"] - b["params"] == 2 * base.max_len * D
 assert rows["(C) 1 layer"]["params"] < b["params"]

@@ -318,6 +318,11 @@ def run_argv(run: Any) -> list[str]:
     return argv
 
 
+JOBS_HELP = ("notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or "
+             "$WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
+ALPHA_HELP = "beam search length penalty (default: the one a shipped model's card chose on val, else 0.6)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
@@ -343,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("translate", help="translate sentences given as arguments, or one a line on stdin")
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
     p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
-    p.add_argument("--alpha", type=float, default=None, help="beam search length penalty (default: the one a shipped model's card chose on val, else 0.6)")
+    p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     p.add_argument("--device", default="auto")
     p.add_argument("sentences", nargs="*")
     p.set_defaults(func=cmd_translate)
@@ -353,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--alpha", type=float, default=None, help="beam search length penalty (default: the one a shipped model's card chose on val, else 0.6)")
+    p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     p.add_argument("--limit", type=int, default=None, help="evaluate on the first N sentences only")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -376,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--verbose", action="store_true", help="also show papermill's log and the kernels' warnings")
     r.add_argument("--dir", default=None, help="run the notebooks of this folder (e.g. your copies) instead of the "
                                               "package's")
-    r.add_argument("--jobs", type=int, default=None, help="notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or $WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
+    r.add_argument("--jobs", type=int, default=None, help=JOBS_HELP)
     r.set_defaults(func=cmd_notebooks)
     r = nsub.add_parser("copy", help="copy the notebooks (.ipynb with its paired .py) into a folder to edit them")
     r.add_argument("target", metavar="DIR", help="the folder to copy into (created if missing)")
@@ -395,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--only", action="append", help="include only notebooks whose number or name matches (repeatable)")
     b.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook that has it")
     b.add_argument("--threads", type=int, default=None, help="torch threads in the notebook kernels")
-    b.add_argument("--jobs", type=int, default=None, help="notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or $WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
+    b.add_argument("--jobs", type=int, default=None, help=JOBS_HELP)
     b.set_defaults(func=cmd_book)
     b = bsub.add_parser("serve", help="serve a built book over HTTP on this machine")
     b.add_argument("--dir", default="book", help="the book's folder")

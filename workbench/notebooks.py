@@ -526,8 +526,7 @@ def run_series(
         raise NotebookParameterError(f"jobs={jobs!r}: use 1 (one notebook at a time) or more, or None for "
                                      f"{default_jobs()} on this machine")
     jobs = min(jobs, max(1, len(notebooks)))
-    if jobs > 1 and threads is None:
-        threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = kernel_threads(jobs, threads)
     kwargs = dict(smoke=smoke, kernel_name=kernel_name, timeout=timeout, threads=threads, data_dir=data_dir, quiet=quiet)
     own = {nb: {k: v for k, v in parameters.items() if k in declared[nb]} for nb in notebooks}
     results: list[dict[str, Any]] = []
@@ -556,6 +555,14 @@ def run_series(
             bar.update(1)
             write_index([done[n] for n in notebooks if n in done], out)
     return [done[nb] for nb in notebooks]
+
+
+def kernel_threads(jobs: int, threads: int | None = None) -> int | None:
+    """Torch threads per kernel: ``threads`` if given; with ``jobs`` kernels side by side an equal share of the
+    cores (at least 1); one kernel alone keeps torch's default (None)."""
+    if threads is not None or jobs <= 1:
+        return threads
+    return max(1, (os.cpu_count() or 1) // jobs)
 
 
 def _run_in_worker(nb: Path, out: Path, parameters: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -312,26 +312,39 @@ def default_alpha(info: dict[str, Any]) -> float:
     return card_alpha(card) if card else 0.6
 
 
+def _score_alphas(model: nn.Module, tokenizer: Any, val: list[tuple[str, str]],
+                  alphas: tuple[float, ...]) -> dict[str, dict[str, Any]]:
+    """:func:`score` of beam 4 on ``val`` for every alpha, keyed by ``f"{alpha:g}"``."""
+    by_alpha = {}
+    for alpha in alphas:
+        by_alpha[f"{alpha:g}"] = score(model, tokenizer, val, beam=4, alpha=alpha)
+        log.info("val beam-4 sacreBLEU with alpha %g: %.2f", alpha, by_alpha[f"{alpha:g}"]["bleu"])
+    return by_alpha
+
+
+def _best_alpha(alphas: tuple[float, ...], bleu: dict[str, float]) -> float:
+    return max(alphas, key=lambda a: (bleu[f"{a:g}"], -a))  # ties: the smaller alpha
+
+
 def choose_length_penalty(model: nn.Module, tokenizer: Any, val: list[tuple[str, str]],
                           alphas: tuple[float, ...] = LENGTH_PENALTIES) -> tuple[float, dict[str, float]]:
     """The GNMT length penalty with the highest beam-4 sacreBLEU on ``val`` (ties: the smaller alpha), and every
     alpha's score. Choose on val only; test is scored once, with the chosen alpha."""
-    by_alpha = {}
-    for alpha in alphas:
-        by_alpha[f"{alpha:g}"] = score(model, tokenizer, val, beam=4, alpha=alpha)["bleu"]
-        log.info("val beam-4 sacreBLEU with alpha %g: %.2f", alpha, by_alpha[f"{alpha:g}"])
-    best = max(alphas, key=lambda a: (by_alpha[f"{a:g}"], -a))
-    return best, by_alpha
+    bleu = {a: s["bleu"] for a, s in _score_alphas(model, tokenizer, val, alphas).items()}
+    return _best_alpha(alphas, bleu), bleu
 
 
 def _beam_scores(model: nn.Module, tokenizer: Any, val: list[tuple[str, str]], test: list[tuple[str, str]],
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Greedy and beam-4 scores on val and test, the length penalty chosen on val first; and the decoding record."""
-    alpha, by_alpha = choose_length_penalty(model, tokenizer, val)
+    """Greedy and beam-4 scores on val and test, the length penalty chosen on val first; and the decoding record.
+    Val's beam-4 score is the chosen alpha's from the choice itself (decoded once, not again)."""
+    val_beam = _score_alphas(model, tokenizer, val, LENGTH_PENALTIES)
+    by_alpha = {a: s["bleu"] for a, s in val_beam.items()}
+    alpha = _best_alpha(LENGTH_PENALTIES, by_alpha)
     scores = {
-        split: {("greedy" if beam == 1 else f"beam{beam}"): score(model, tokenizer, pairs, beam, alpha=alpha)
-                for beam in (1, 4)}
-        for split, pairs in (("val", val), ("test_2016_flickr", test))
+        "val": {"greedy": score(model, tokenizer, val, 1), "beam4": val_beam[f"{alpha:g}"]},
+        "test_2016_flickr": {"greedy": score(model, tokenizer, test, 1),
+                             "beam4": score(model, tokenizer, test, 4, alpha=alpha)},
     }
     decoding = {"beam": 4, "alpha": alpha, "chosen_on": "val",
                 "val_beam4_bleu_by_alpha": by_alpha,
