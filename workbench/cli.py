@@ -139,7 +139,7 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
     if args.action == "build":
         card = shipped.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
                                      title=args.title, summary=args.summary, commit=args.commit, budget=args.budget,
-                                     threads=args.threads, data_dir=args.data_dir)
+                                     threads=args.threads, data_dir=args.data_dir, average=tuple(args.average))
         print(json.dumps(card["bleu"], indent=2))
         return 0
     if args.action == "reproduce":
@@ -161,7 +161,8 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
             return rc
         built = shipped.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
                                       title=card["title"], summary=card["summary"],
-                                      budget=card["training"].get("budget", ""), data_dir=args.data_dir)
+                                      budget=card["training"].get("budget", ""), data_dir=args.data_dir,
+                                      average=tuple(card.get("average_windows", [5])))
         print(json.dumps({"yours": built["bleu"], "shipped": card["bleu"]}, indent=2))
         return 0
     return 2
@@ -434,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--commit", default="", help="commit of the code that trained the run")
     q.add_argument("--budget", default="", help="the training budget, in words, for the card")
     q.add_argument("--threads", type=int, default=None, help="CPU threads the run used")
+    q.add_argument("--average", type=int, nargs="+", default=[5], metavar="K",
+                   help="candidate averages of the last K step snapshots, chosen on val with the last checkpoint "
+                        "(train with --keep-checkpoints at least the largest K)")
     q.add_argument("--data-dir", default=None)
     q.set_defaults(func=cmd_pretrained)
 

@@ -148,6 +148,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (for GPU runs; slower than eager on the CPU, measured)
     log_every: int = 50  # optimizer steps between progress-bar updates of the loss
     checkpoint_every: int | None = None  # also save a checkpoint every N optimizer steps (for averaging)
+    keep_checkpoints: int = 5  # numbered checkpoints kept on disk for averaging (the newest N; the paper averages 5)
 
     def __post_init__(self) -> None:
         _check(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
@@ -166,6 +167,8 @@ class TrainConfig:
         _check(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
         _check(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
         _check(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")
+        _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints,
+               "keep 1 or more numbered checkpoints (5 for the paper's averaging)")
 
     def check_budget(self) -> None:
         """Refuse a run that nothing would end. ``TrainConfig()`` itself is a valid recipe (its epochs default to

@@ -395,12 +395,13 @@ def _hardware() -> str:
 
 def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_command: str, title: str,
                   summary: str, commit: str = "", budget: str = "", threads: int | None = None,
-                  data_dir: str | Path | None = None, average: int = 5) -> dict[str, Any]:
+                  data_dir: str | Path | None = None, average: int | tuple[int, ...] = 5) -> dict[str, Any]:
     """Choose the run's weights on val, write the shipped files and the card with val and test scores.
 
-    Candidates are the last checkpoint and the average of the last ``average`` step snapshots; each is rounded to
-    float16 (as shipped) and decoded greedily on the whole validation set; the better one ships. Then the beam-4
-    length penalty is chosen on val (:func:`choose_length_penalty`). Test is scored once, after both choices.
+    Candidates are the last checkpoint and, for each k in ``average``, the average of the last k step snapshots
+    (a k larger than the snapshots on disk is skipped); each is rounded to float16 (as shipped) and decoded
+    greedily on the whole validation set; the best one ships. Then the beam-4 length penalty is chosen on val
+    (:func:`choose_length_penalty`). Test is scored once, after both choices.
     """
     import shlex
 
@@ -411,8 +412,12 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
     run = Path(run_dir)
     out = Path(out_dir)
     candidates = {"last checkpoint": run / "last.pt"}
-    if len(step_checkpoints(run)) >= 2:
-        candidates[f"average of the last {average} step snapshots"] = average_last(run, last=average)
+    n_snapshots = len(step_checkpoints(run))
+    for k in sorted({average} if isinstance(average, int) else set(average)):
+        if 2 <= k <= n_snapshots:
+            candidates[f"average of the last {k} step snapshots"] = average_last(run, last=k, out=run / f"averaged{k}.pt")
+        else:
+            log.info("not averaging the last %d snapshots: the run kept %d", k, n_snapshots)
     model0, tok0, state0 = load_model(candidates["last checkpoint"])
     extra = state0.get("extra") or {}
     src, tgt = extra.get("src_lang", "de"), extra.get("tgt_lang", "en")
@@ -446,6 +451,7 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
         "signature": scores["test_2016_flickr"]["beam4"]["signature"],
         "decoding": decoding,
         "weights_chosen": chosen,
+        "average_windows": sorted({average} if isinstance(average, int) else set(average)),
         "val_choice": {k: {"val_greedy_bleu": v} for k, v in choice.items()},
         "training": {
             # the history's clock runs on across --resume; the summary's counts only the last invocation

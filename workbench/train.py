@@ -227,7 +227,7 @@ def fit(
     callbacks: dict[str, Callable[..., Any]] | None = None,
     resume: bool = False,
     meta: dict[str, Any] | None = None,
-    keep_last: int = 5,
+    keep_last: int | None = None,
 ) -> History:
     """Train ``model`` (Transformer or RNN baseline) and return its :class:`History`.
 
@@ -238,7 +238,7 @@ def fit(
     so they all stop at the same step.
 
     Checkpoints go to ``out_dir`` after every epoch and every ``cfg.checkpoint_every`` steps
-    (``ckpt_stepNNNNNNN.pt``, the last ``keep_last`` kept for averaging), plus ``last.pt`` and ``best.pt`` at
+    (``ckpt_stepNNNNNNN.pt``, the last ``keep_last`` kept for averaging; None: ``cfg.keep_checkpoints``), plus ``last.pt`` and ``best.pt`` at
     epoch ends, with ``history.json``. ``resume=True`` continues from
     ``out_dir/last.pt`` exactly where the run stopped (same batches, same RNG), so an interrupted run ends with the
     same parameters as an uninterrupted one.
@@ -255,7 +255,7 @@ def fit(
         stop, totals = _train_epoch(run, epoch, callbacks.get("on_step"))
         improved = _end_epoch(run, epoch, totals)
         stop = run.history.stopped_reason = _stop_decision(run, epoch, stop)
-        _save_epoch(run, epoch, improved, keep_last)
+        _save_epoch(run, epoch, improved, cfg.keep_checkpoints if keep_last is None else keep_last)
         if "on_epoch_end" in callbacks:
             callbacks["on_epoch_end"](epoch + 1, run.history)
         if stop:
