@@ -109,6 +109,8 @@ def test_shipped_cards_train_commands_still_parse():
         assert run.arch == card["arch"]
         assert run.train.warmup_steps == int(argv[argv.index("--warmup") + 1])
         assert run.train.max_minutes == float(argv[argv.index("--max-minutes") + 1])
+        # the build's averaging windows need that many snapshots kept, or reproducing would skip some
+        assert run.train.keep_checkpoints >= max(card.get("average_windows", [5]))
 
 
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):

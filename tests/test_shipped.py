@@ -176,3 +176,49 @@ def test_shipped_cards_record_the_length_penalty_chosen_on_val(name):
     assert by_alpha[f"{card['decoding']['alpha']:g}"] == max(by_alpha.values())
     # the card's val beam-4 score is the chosen alpha's decode
     assert card["scores"]["val"]["beam4"]["bleu"] == by_alpha[f"{card['decoding']['alpha']:g}"]
+
+
+def test_build_chooses_the_weights_on_val_among_averaging_windows(tmp_path, subword_tokenizer, small_pairs,
+                                                                  monkeypatch):
+    """`pretrained build --average 2 4 9`: the last checkpoint and the averages of the last 2 and 4 snapshots are
+    candidates (9 is more than the run kept, so skipped), the one with the best val greedy BLEU ships, rounded to
+    float16, and the card records the windows and the build command that used them."""
+    import workbench.data
+    import workbench.shipped
+    from workbench.checkpoint import load_model, save_checkpoint
+    from workbench.shipped import build_shipped, load_folder
+
+    tok = subword_tokenizer
+    v = tok.src_vocab_size
+    run = tmp_path / "run"
+    torch.manual_seed(0)
+    model = wb.build_model(wb.preset("tiny", tie_src_tgt=True), v, v, pad_id=tok.pad_id)
+    for k in range(5):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        save_checkpoint(run / f"ckpt_step{k * 10:07d}.pt", model, tok, step=k * 10, extra={"src_lang": "de", "tgt_lang": "en"})
+    save_checkpoint(run / "last.pt", model, tok, step=40, extra={"src_lang": "de", "tgt_lang": "en"})
+    pairs = small_pairs[:3]
+    monkeypatch.setattr(workbench.data, "load_multi30k", lambda split, src, tgt, data_dir=None: pairs)
+    monkeypatch.setattr(workbench.shipped, "LENGTH_PENALTIES", (0.6,))  # the alpha choice has its own test
+
+    card = build_shipped(run, "tiny-de-en", tmp_path / "tiny-de-en", train_command="t", title="tiny",
+                         summary="", average=(2, 4, 9))
+
+    assert set(card["val_choice"]) == {"last checkpoint", "average of the last 2 step snapshots",
+                                       "average of the last 4 step snapshots"}
+    best = max(card["val_choice"], key=lambda k: card["val_choice"][k]["val_greedy_bleu"])
+    assert card["weights_chosen"] == best
+    assert card["average_windows"] == [2, 4, 9] and card["reproduce"]["build"].endswith("--average 2 4 9")
+    chosen = {"last checkpoint": run / "last.pt", "average of the last 2 step snapshots": run / "averaged2.pt",
+              "average of the last 4 step snapshots": run / "averaged4.pt"}[best]
+    expected, _, _ = load_model(chosen)
+    shipped, _ = load_folder(tmp_path / "tiny-de-en")
+    got = shipped.state_dict()
+    for name, t in half_roundtrip(expected).state_dict().items():
+        assert torch.equal(got[name], t), name
+    averaged4, _, _ = load_model(run / "averaged4.pt")
+    snaps = [load_model(run / f"ckpt_step{k * 10:07d}.pt")[0].state_dict() for k in range(1, 5)]
+    w = "generator.weight" if "generator.weight" in snaps[0] else next(iter(snaps[0]))
+    assert torch.allclose(averaged4.state_dict()[w], sum(s[w] for s in snaps) / 4, atol=1e-6)

@@ -413,7 +413,8 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
     out = Path(out_dir)
     candidates = {"last checkpoint": run / "last.pt"}
     n_snapshots = len(step_checkpoints(run))
-    for k in sorted({average} if isinstance(average, int) else set(average)):
+    windows = sorted({average} if isinstance(average, int) else set(average))
+    for k in windows:
         if 2 <= k <= n_snapshots:
             candidates[f"average of the last {k} step snapshots"] = average_last(run, last=k, out=run / f"averaged{k}.pt")
         else:
@@ -451,7 +452,7 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
         "signature": scores["test_2016_flickr"]["beam4"]["signature"],
         "decoding": decoding,
         "weights_chosen": chosen,
-        "average_windows": sorted({average} if isinstance(average, int) else set(average)),
+        "average_windows": windows,
         "val_choice": {k: {"val_greedy_bleu": v} for k, v in choice.items()},
         "training": {
             # the history's clock runs on across --resume; the summary's counts only the last invocation
@@ -466,7 +467,8 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
             "threads": threads,
         },
         "reproduce": {"train": train_command,
-                      "build": f"workbench pretrained build {shlex.quote(str(run))} --name {name} --out DIR"},
+                      "build": f"workbench pretrained build {shlex.quote(str(run))} --name {name} --out DIR"
+                               f" --average {' '.join(str(k) for k in windows)}"},
         "commit": commit,
         "hardware": _hardware(),
         "data": DATA_NOTE,
