@@ -230,3 +230,19 @@ def test_no_epoch_limit_trains_until_the_step_budget(tmp_path):
             callbacks={"on_epoch_end": lambda epoch, _: epochs.append(epoch)})
     assert h.stopped_reason == "max steps" and load_checkpoint(tmp_path / "last.pt")["step"] == 12
     assert len(h.train_loss) == len(epochs) >= 2  # a step budget longer than one epoch
+
+
+def test_keep_checkpoints_keeps_the_newest_snapshots_for_averaging(tmp_path):
+    """--keep-checkpoints N: after every epoch only the newest N numbered snapshots (every checkpoint_every steps
+    and at epoch ends) stay on disk, the ones `pretrained build --average` chooses among."""
+    from workbench.checkpoint import step_checkpoints
+    from workbench.errors import ConfigError
+
+    model, tok, train, val, cfg = _copy_setup()
+    cfg = TrainConfig(**{**cfg.__dict__, "epochs": None, "max_steps": 20, "checkpoint_every": 2,
+                         "keep_checkpoints": 3})
+    fit(model, tok, train[:400], val[:20], cfg, out_dir=tmp_path)
+    steps = [int(p.stem.removeprefix("ckpt_step")) for p in step_checkpoints(tmp_path)]
+    assert steps == [16, 18, 20]
+    with pytest.raises(ConfigError, match="keep_checkpoints"):
+        TrainConfig(keep_checkpoints=0)
