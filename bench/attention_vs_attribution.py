@@ -151,6 +151,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "what": "attention vs attribution agreement (notebook 12's measurement) on Multi30k " + SPLIT,
         "model": args.checkpoint, "model_card_bleu": info.get("card", {}).get("bleu", {}).get(SPLIT),
+        "model_sha256": info.get("card", {}).get("sha256", {}).get("model.safetensors"),  # which weights were measured
         "sentences": len(pairs), "split": SPLIT, "ig_steps": args.steps, "align_pairs": args.align_pairs,
         "seed": args.seed, "machine": platform.processor() or platform.machine(), "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "python": platform.python_version(),

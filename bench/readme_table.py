@@ -98,6 +98,25 @@ def _profile_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str
     return [(figure, " / ".join(f"{g[k]:.0f}" for k in order) + f" = {total:.0f}", name)]
 
 
+def _measured_model(report: dict[str, Any]) -> str:
+    """Which model an attention-vs-attribution report measured, and whether it is still the one shipped."""
+    model, then = report.get("model"), report.get("model_card_bleu") or {}
+    if not model:
+        return ""
+    try:
+        from workbench import shipped
+
+        card = shipped.read_card(model)
+    except Exception:  # a checkpoint path, or a name no longer shipped
+        return f", `{model}`"
+    same = (card.get("sha256", {}).get("model.safetensors") == report["model_sha256"] if report.get("model_sha256")
+            else card["bleu"].get(report["split"], {}).get("greedy") == then.get("greedy"))
+    if same or not then:
+        return f", `{model}`"
+    return (f", an earlier `{model}` (its card then: test greedy {then['greedy']:.2f}; the shipped one now scores "
+            f"{card['bleu'][report['split']]['greedy']:.2f})")
+
+
 def _agreement_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]:
     a, n = report["agreement"], report["sentences"]
     ig = "spearman/integrated_gradients"
@@ -106,7 +125,8 @@ def _agreement_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, s
     drop = report["ablation"]["logprob_drop"]
     rows = [
         (f"attention vs integrated gradients ({report['ig_steps']} steps), mean Spearman ρ per output token, {n} "
-         f"{report['split']} sentences: last layer / all layers / rollout / diagonal prior / random scores", rho),
+         f"{report['split']} sentences{_measured_model(report)}: last layer / all layers / rollout / diagonal prior / "
+         "random scores", rho),
         ("most weighed source word = IBM-1's: last-layer attention / rollout / integrated gradients / uniform guess", align),
         (f"fall in held-out log p(reference token) with {len(report['ablation']['most_agreeing_heads'])} cross heads "
          "off: most / random / least agreeing with integrated gradients",

@@ -244,3 +244,20 @@ def test_readme_table_renders_an_attention_vs_attribution_report(tmp_path):
     assert any("4 cross heads" in r and "0.255 / 0.050 / -0.007" in r for r in rows)
     assert any("completeness" in r and "4.1 %" in r for r in rows)
     assert "`python bench/attention_vs_attribution.py`" in out
+
+
+def test_readme_table_says_when_an_attribution_report_measured_earlier_shipped_weights(tmp_path):
+    from workbench import shipped
+
+    table = _readme_table()
+    card = shipped.read_card("small-de-en")
+    greedy = card["bleu"]["test_2016_flickr"]["greedy"]
+    report = {"model": "small-de-en", "split": "test_2016_flickr", "model_card_bleu": {"greedy": greedy}}
+    assert table._measured_model(report) == ", `small-de-en`"
+    earlier = {**report, "model_card_bleu": {"greedy": greedy - 1.5}}
+    assert "an earlier `small-de-en`" in table._measured_model(earlier)
+    assert f"{greedy - 1.5:.2f}" in table._measured_model(earlier)
+    # the weights' SHA-256, where the report has it, decides over the card's score
+    same_weights = {**earlier, "model_sha256": card["sha256"]["model.safetensors"]}
+    assert table._measured_model(same_weights) == ", `small-de-en`"
+    assert "earlier" in table._measured_model({**report, "model_sha256": "0" * 64})
