@@ -580,7 +580,8 @@ def default_jobs() -> int:
     The training cells of the Transformer notebooks use a second torch thread almost fully (08 took 396 s with two
     threads, 637 s with one), but the rest of a lesson (kernel start-up, plotting, tokenising, sacreBLEU, small
     tensor operations, decoding loops) keeps one core busy, so two kernels with one thread each finished the same
-    series sooner on 2 cores than one kernel with two: 17 min 29 s against 19 min 57 s (``bench/results/book/``).
+    series sooner on 2 cores than one kernel with two: 17 min 29 s against 19 min 57 s in an earlier round (those
+    two result files were lost to a ``.gitignore`` pattern; ``bench/time_book.py --jobs 1`` measures it again).
     ``$WORKBENCH_NOTEBOOK_JOBS`` overrides it.
     """
     env = os.environ.get("WORKBENCH_NOTEBOOK_JOBS")
