@@ -58,10 +58,10 @@ PATH_PARAMETER = re.compile(r"^(CHECKPOINT|[A-Z0-9_]+_(DIR|FILE|PATH))$")
 QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
-# seconds each notebook of the series took at default parameters, one at a time, on an idle 2-core CPU (the serial
-# build in bench/results/book/full-serial-88d7eb0.json); only the order in which side-by-side runs start uses them
-DEFAULT_SECONDS = {"01": 174, "02": 10, "03": 8, "04": 46, "05": 8, "06": 39, "07": 30, "08": 396, "09": 59, "10": 14,
-                   "11": 244, "12": 144}
+# seconds each notebook of the series took at default parameters, two at a time with one thread each, on an idle
+# 2-core CPU (bench/results/book/full-jobs2-9beb237.json); only the order in which side-by-side runs start uses them
+DEFAULT_SECONDS = {"01": 157, "02": 8, "03": 6, "04": 39, "05": 7, "06": 30, "07": 19, "08": 474, "09": 50, "10": 10,
+                   "11": 243, "12": 200}
 
 
 # -- where the notebooks are ------------------------------------------------------------------------------------
