@@ -39,6 +39,8 @@ def main() -> None:
                     help="keep the executed notebooks (and their metrics.json) in DIR/reports and the book in DIR/book")
     args = ap.parse_args()
     jobs = default_jobs() if args.jobs is None else args.jobs
+    git = git_state()  # the code that runs, read before the build (a commit made meanwhile is not this run's)
+    inherited = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
     with tempfile.TemporaryDirectory(prefix="workbench-time-book-") as tmp:
         os.environ["WORKBENCH_CACHE"] = str(Path(tmp) / "cache")  # cold: nothing trained before
         where = Path(args.keep).resolve() if args.keep else Path(tmp)
@@ -50,19 +52,25 @@ def main() -> None:
     for p in pages:
         print(f"{p['name']:40s} {p['status']:6s} {p['seconds'] or 0:7.1f} s")
     threads = kernel_threads(jobs, args.threads)
+    if threads is not None:
+        per_kernel = f"{threads} thread(s) each"
+    elif inherited:  # the kernels inherit this environment, so torch's default does not apply
+        per_kernel = " ".join(f"{k}={v}" for k, v in inherited.items()) + " inherited from the environment"
+    else:
+        per_kernel = "torch's default threads"
     print(f"whole build {wall:.0f} s ({wall / 60:.1f} min): notebooks {result.run_seconds:.0f} s, "
-          f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, {threads or 'torch default'} "
-          f"thread(s) each; sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
+          f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, {per_kernel}; sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
     if args.json:
         record = {
             "command": "python bench/time_book.py " + " ".join(sys.argv[1:]),
-            "smoke": args.smoke, "jobs": jobs, "threads": args.threads, "wall_seconds": round(wall, 1),
+            "smoke": args.smoke, "jobs": jobs, "threads": args.threads, "kernel_threads": threads,
+            "inherited_thread_env": inherited, "wall_seconds": round(wall, 1),
             "notebook_seconds": round(result.run_seconds, 1), "sphinx_seconds": round(result.sphinx_seconds, 1),
             "pages": pages, "ok": result.ok,
             "metrics": {p.name: p.metrics for p in result.pages},
             "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
                         "python": platform.python_version(), "torch": torch.__version__},
-            "git": git_state(),
+            "git": git,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
