@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -261,3 +262,41 @@ def test_readme_table_says_when_an_attribution_report_measured_earlier_shipped_w
     same_weights = {**earlier, "model_sha256": card["sha256"]["model.safetensors"]}
     assert table._measured_model(same_weights) == ", `small-de-en`"
     assert "earlier" in table._measured_model({**report, "model_sha256": "0" * 64})
+
+
+# -- every result file the docs cite is in the repository -------------------------------------------------------------
+CITED_RESULT = re.compile(r"bench/results/[A-Za-z0-9_./-]*[A-Za-z0-9_/-]")
+
+
+def _cited_results() -> dict[str, set[str]]:
+    """``bench/results/...`` paths named in the README, the package, the notebooks and the bench scripts (templates with
+    NAME, ``*``, ``{...}`` or ``<...>`` and a command's ``--json`` destination left out), each with the files that name
+    it."""
+    sources = [REPO / "README.md", *sorted((REPO / "workbench").rglob("*.py")), *sorted((REPO / "notebooks").glob("*.py")),
+               *sorted((REPO / "bench").glob("*.py")), *sorted((REPO / "bench" / "results").rglob("README.md"))]
+    cited: dict[str, set[str]] = {}
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        for match in CITED_RESULT.finditer(text):
+            path, after = match.group(0), text[match.end():match.end() + 1]
+            if "NAME" in path or (after and after in "*{<") or path.rstrip("/") == "bench/results":
+                continue
+            if text[:match.start()].endswith(("--json ", "--json=")):  # where a command would write, not a citation
+                continue
+            cited.setdefault(path, set()).add(str(source.relative_to(REPO)))
+    return cited
+
+
+def test_cited_result_files_are_committed():
+    """A figure is only as good as the file it cites: each cited result file (or folder) is tracked by git, so a clean
+    clone has it (a .gitignore pattern once kept three cited book timings out of the repository)."""
+    cited = _cited_results()
+    assert cited, "found no bench/results/ citations at all: the pattern is broken"
+    try:
+        tracked = subprocess.run(["git", "ls-files", "bench/results"], cwd=REPO, capture_output=True, text=True,
+                                 check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (an sdist): what is on disk is what ships
+        tracked = [str(p.relative_to(REPO)) for p in (REPO / "bench" / "results").rglob("*") if p.is_file()]
+    missing = {path: sorted(where) for path, where in cited.items()
+               if not any(t == path or t.startswith(path.rstrip("/") + "/") for t in tracked)}
+    assert not missing, f"cited but not committed (git add them, or check .gitignore): {missing}"

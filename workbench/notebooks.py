@@ -577,11 +577,13 @@ def _run_in_worker(nb: Path, out: Path, parameters: dict[str, Any], kwargs: dict
 def default_jobs() -> int:
     """Notebooks run at the same time by default: 2 on a machine with 2 or more cores, else 1.
 
-    The training cells of the Transformer notebooks use a second torch thread almost fully (08 took 396 s with two
-    threads, 637 s with one), but the rest of a lesson (kernel start-up, plotting, tokenising, sacreBLEU, small
-    tensor operations, decoding loops) keeps one core busy, so two kernels with one thread each finished the same
-    series sooner on 2 cores than one kernel with two: 17 min 29 s against 19 min 57 s in an earlier round (those
-    two result files were lost to a ``.gitignore`` pattern; ``bench/time_book.py --jobs 1`` measures it again).
+    The training cells of the Transformer notebooks use a second torch thread well (08 took 276 s with two threads,
+    461 s with one), but the rest of a lesson (kernel start-up, plotting, tokenising, sacreBLEU, small tensor
+    operations, decoding loops) keeps one core busy, so two kernels with one thread each finished the default series
+    sooner on an idle 2-core CPU than one kernel with two: 10 min 41 s against 13 min 44 s, and 20 min 43 s for one
+    kernel with one thread (``bench/time_book.py``: ``bench/results/book/full-jobs2-9beb237.json``,
+    ``bench/results/book/full-serial-2threads-62ac516.json``, and ``bench/results/book/full-serial-dc5f0f1.json``,
+    run under an inherited ``OMP_NUM_THREADS=1``).
     ``$WORKBENCH_NOTEBOOK_JOBS`` overrides it.
     """
     env = os.environ.get("WORKBENCH_NOTEBOOK_JOBS")
