@@ -62,3 +62,24 @@ def test_get_translator_needs_a_budget(tmp_path, fake_training):
     with pytest.raises(ConfigError, match="max_steps"):
         pipeline.get_translator(cache_dir=tmp_path, minutes=None, max_steps=None)
     assert fake_training == []
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_run_dropout_overrides_the_presets(tmp_path, arch):
+    """``workbench train --dropout P`` trains (and saves) the preset's model with P_drop = P, for both architectures."""
+    from workbench.checkpoint import load_model
+
+    lines = {"src": ["ein hund rennt .", "eine katze schläft .", "zwei männer gehen ."] * 4,
+             "tgt": ["a dog runs .", "a cat sleeps .", "two men walk ."] * 4}
+    files = {}
+    for side, text in lines.items():
+        for split in ("train", "val"):
+            files[f"{split}_{side}"] = str(tmp_path / f"{split}.{side}")
+            Path(files[f"{split}_{side}"]).write_text("\n".join(text) + "\n")
+    summary = pipeline.train_translation(out_dir=tmp_path / "run", arch=arch, preset="tiny", vocab_size=60,
+                                         dropout=0.3, max_steps=1, eval_bleu=False, **files)
+    assert summary["dropout"] == 0.3
+    model, _, _ = load_model(tmp_path / "run" / "last.pt")
+    assert model.cfg.dropout == 0.3  # the tiny preset's own is 0.0
+    with pytest.raises(ConfigError, match="dropout"):
+        pipeline.train_translation(out_dir=tmp_path / "bad", preset="tiny", dropout=1.5, max_steps=1, **files)

@@ -201,6 +201,7 @@ class RunConfig:
     # model
     arch: str = "transformer"  # architecture, a name of workbench/registry.py ("rnn": the GRU baseline)
     preset: str = "small"  # model size, a name of config.PRESETS (the GRU takes its width, dropout and max_len)
+    dropout: float | None = None  # P_drop instead of the preset's (None: the preset's, 0.1 in the paper's presets)
     # training
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)  # the training recipe and its budget
 
@@ -216,6 +217,8 @@ class RunConfig:
                    "give both the source and the target file of your own parallel data, or neither")
         _check(isinstance(self.vocab_size, int) and self.vocab_size > 0, "vocab_size", self.vocab_size,
                "use a positive vocabulary size such as 8000")
+        _check(self.dropout is None or (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0),
+               "dropout", self.dropout, "use a probability in [0, 1), such as 0.1 or 0.3, or None for the preset's")
         for name, allowed in self.choices().items():
             _check(getattr(self, name) in allowed, name, getattr(self, name), f"choose one of {allowed}")
         _check(isinstance(self.train, TrainConfig), "train", type(self.train).__name__, "pass a TrainConfig")

@@ -81,13 +81,15 @@ def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/
     else:
         # the tokenizer sees the training split only, never validation or test text
         tokenizer = SubwordTokenizer.train(train_pairs, vocab_size=run.vocab_size, joint=True)
-    model = build_translator(run.arch, run.preset, tokenizer.src_vocab_size, tokenizer.pad_id)
+    overrides = {} if run.dropout is None else {"dropout": run.dropout}
+    model = build_translator(run.arch, run.preset, tokenizer.src_vocab_size, tokenizer.pad_id, **overrides)
     start = time.perf_counter()
     history = fit(model, tokenizer, train_pairs, val_pairs, cfg, out_dir=out, resume=resume,
                   meta={"src_lang": run.src, "tgt_lang": run.tgt})
     summary = {
         "arch": run.arch,
         "preset": run.preset,
+        "dropout": run.dropout,
         "src": run.src,
         "tgt": run.tgt,
         "train_pairs": len(train_pairs),
