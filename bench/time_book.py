@@ -28,6 +28,15 @@ from workbench.book import build_book
 from workbench.notebooks import default_jobs, kernel_threads
 
 
+def _per_kernel(threads: int | None, inherited: dict[str, str]) -> str:
+    """How many threads each kernel had: set by the build, else inherited from this environment, else torch's."""
+    if threads is not None:
+        return f"{threads} thread(s) each"
+    if inherited:
+        return " ".join(f"{k}={v}" for k, v in inherited.items()) + " inherited from the environment"
+    return "torch's default threads"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="the SMOKE series (what CI builds)")
@@ -39,8 +48,9 @@ def main() -> None:
                     help="keep the executed notebooks (and their metrics.json) in DIR/reports and the book in DIR/book")
     args = ap.parse_args()
     jobs = default_jobs() if args.jobs is None else args.jobs
-    git = git_state()  # the code that runs, read before the build (a commit made meanwhile is not this run's)
+    threads = kernel_threads(jobs, args.threads)
     inherited = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
+    git = git_state()  # the code that runs, read before the build (a commit made meanwhile is not this run's)
     with tempfile.TemporaryDirectory(prefix="workbench-time-book-") as tmp:
         os.environ["WORKBENCH_CACHE"] = str(Path(tmp) / "cache")  # cold: nothing trained before
         where = Path(args.keep).resolve() if args.keep else Path(tmp)
@@ -51,15 +61,9 @@ def main() -> None:
     pages = [{"name": p.name, "status": p.status, "seconds": p.seconds} for p in result.pages]
     for p in pages:
         print(f"{p['name']:40s} {p['status']:6s} {p['seconds'] or 0:7.1f} s")
-    threads = kernel_threads(jobs, args.threads)
-    if threads is not None:
-        per_kernel = f"{threads} thread(s) each"
-    elif inherited:  # the kernels inherit this environment, so torch's default does not apply
-        per_kernel = " ".join(f"{k}={v}" for k, v in inherited.items()) + " inherited from the environment"
-    else:
-        per_kernel = "torch's default threads"
     print(f"whole build {wall:.0f} s ({wall / 60:.1f} min): notebooks {result.run_seconds:.0f} s, "
-          f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, {per_kernel}; sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
+          f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, {_per_kernel(threads, inherited)}; "
+          f"sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
     if args.json:
         record = {
             "command": "python bench/time_book.py " + " ".join(sys.argv[1:]),

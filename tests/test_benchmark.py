@@ -278,10 +278,10 @@ def _cited_results() -> dict[str, set[str]]:
     for source in sources:
         text = source.read_text(encoding="utf-8")
         for match in CITED_RESULT.finditer(text):
-            path, after = match.group(0), text[match.end():match.end() + 1]
-            if "NAME" in path or (after and after in "*{<") or path.rstrip("/") == "bench/results":
-                continue
-            if text[:match.start()].endswith(("--json ", "--json=")):  # where a command would write, not a citation
+            path = match.group(0)
+            template = "NAME" in path or text[match.end():match.end() + 1] in ("*", "{", "<")
+            destination = text[:match.start()].endswith(("--json ", "--json="))  # where a command would write
+            if template or destination or path.rstrip("/") == "bench/results":
                 continue
             cited.setdefault(path, set()).add(str(source.relative_to(REPO)))
     return cited
