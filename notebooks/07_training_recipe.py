@@ -339,6 +339,7 @@ departures = [
     ("warm-up", "4,000 steps", "800 steps", "warm-up is a share of the run: 4,000 steps would be most of ours"),
     ("gradient clipping", "none mentioned", "global norm 1.0", "small batches give noisy gradients; clipping guards the high early rates"),
     ("checkpoint averaging", "last 5, written every 10 minutes", "last 5, written every 150 steps", "the same idea at our time scale"),
+    ("dropout", "0.1", "0.1 (the shipped small-de-en: 0.2)", "29,000 pairs overfit sooner: with 0.1 a 2-hour run's val loss rose after 12 epochs"),
     ("label smoothing, Adam, schedule formula, beam 4, α 0.6", "as stated", "the same", ""),
 ]
 display(Markdown(markdown_table([dict(zip(["", "paper (base)", "ours (CPU recipe)", "why"], row, strict=True)) for row in departures])))

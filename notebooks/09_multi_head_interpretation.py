@@ -28,8 +28,8 @@ SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty: the shipped small-de-en
 N_EVAL: int = 200  # validation sentences for statistics, importance and pruning (SMOKE: 40)
 SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz ."  # sentence to inspect
-PRONOUN_SENTENCE: str = "Vier Männer sind im Freien und blicken von der grünen Brücke, auf der sie stehen, hinunter."  # a pronoun after its antecedent
-ANTECEDENT: str = "Männer"  # the word of PRONOUN_SENTENCE the pronoun refers to
+PRONOUN_SENTENCE: str = "Eine Frau verwendet eine Bohrmaschine während ein Mann sie fotografiert."  # a pronoun after its antecedent
+ANTECEDENT: str = "Frau"  # the word of PRONOUN_SENTENCE the pronoun refers to
 PRONOUN: str = "sie"  # the German pronoun (its first occurrence after ANTECEDENT is used)
 
 # %%
@@ -85,7 +85,8 @@ for kind in ("enc_self", "dec_self", "cross"):
 #
 # The notes-style sentence *"Der Hund rennt über die Wiese, weil er einen Ball fangen will."* does not serve: the
 # model rephrases it without a pronoun (printed below). The default `PRONOUN_SENTENCE` is taken from the
-# test_2016_flickr split (never trained on), where the reference has "they" too. The measure is the weight each head
+# test_2016_flickr split (never trained on), where the reference has "her" too: German "sie" can be "she", "her" or
+# "they", and the model has to pick the one that fits the woman being photographed. The measure is the weight each head
 # puts on the antecedent's subword tokens, against the share uniform attention over the source would give them.
 
 # %%
@@ -145,16 +146,18 @@ metrics.update(pronoun_emitted=out_words[en_w], antecedent_uniform_share=uniform
 
 # %% [markdown]
 # What the numbers above say for the default sentence (asserted at the end when `PRONOUN_SENTENCE` is the default):
-# the model writes "they" for "sie", and while it does, the best cross-attention head puts about three times a
-# uniform share on "Männer" — far more than it gives "Männer" from the other output words — yet no head reads
-# "Männer" *most*: the words around the relative clause ("Brücke", "stehen") draw more. The encoder is similar: some
-# heads give "Männer" more than a uniform share when encoding "sie", none reads it most. This is a weaker story than
+# the model writes "her" for "sie" (object case, not "she" or "they"). In the encoder, one head puts about 0.84 of its
+# weight on "Frau" while encoding "sie" (a uniform share is 1/13) and for two of the 24 heads it is the most-read
+# word, though the average over heads is only a uniform share. While the decoder writes "her", the best
+# cross-attention head gives "Frau" about 0.19, more than twice a uniform share and far more than it gives "Frau" from
+# the other output words (about 0.01), yet no cross head reads "Frau" *most*: other words ("sie" itself, "Mann",
+# "fotografiert") draw more. So the link from pronoun to
+# antecedent shows up clearly in the encoder's self-attention and only weakly in cross-attention: a weaker story than
 # the study notes' "it → animal" picture, and the notebook says so rather than picking a sentence until one fits.
-# (An earlier, less trained version of the shipped model wrote "he" for "Ein Junge greift sich ans Bein während er in
-# die Luft springt." with one head on "Junge"; today's model writes "while jumping" and no pronoun at all: this model
-# mostly avoids pronouns, so few test sentences can serve. The choice rule: the first test sentence with "er"/"sie"
-# whose translation renders that pronoun with an English one; an earlier match, "... hinter ihr" → "behind her",
-# translates "ihr", not "sie".)
+# (The choice rule: the first test sentence with "er"/"sie" whose translation renders that pronoun with an English
+# one. Earlier shipped models met it with other sentences: "Ein Junge greift sich ans Bein während er in die Luft
+# springt." → "he", then "Vier Männer ..., auf der sie stehen, ..." → "they"; the model shipped now writes the latter
+# without a pronoun. This model mostly avoids pronouns, so few test sentences can serve.)
 # One sentence and one small model prove nothing general: try other sentences with
 # `PRONOUN_SENTENCE`, `ANTECEDENT` and `PRONOUN`, and expect heads like this to be found in some, not in all.
 
@@ -295,16 +298,13 @@ assert metrics["best_alignment_agreement"] > 2 * metrics["chance_alignment"]
 assert metrics["pronoun_emitted"] in EN_PRONOUNS
 assert metrics["antecedent_max_cross"] > metrics["antecedent_uniform_share"]
 assert metrics["antecedent_max_enc"] > metrics["antecedent_uniform_share"]
-if (PRONOUN_SENTENCE, ANTECEDENT, PRONOUN) == ("Vier Männer sind im Freien und blicken von der grünen Brücke, auf der sie stehen, hinunter.", "Männer", "sie"):
-    # what the prose says of the default sentence: "they"; the antecedent gets more than a uniform share, but no head
-    # of either kind reads "Männer" most, and the best cross head's weight on it is specific to the pronoun row.
-    # Measured reason for the change from the earlier checks ("he", and one cross head reading the antecedent most):
-    # with the earlier shipped model, "Ein Junge ... während er ..." gave "he" and cross head L1 H6 put 0.71 on
-    # "Junge"; the retrained model writes no pronoun for that sentence, and on this one the best cross head gives
-    # "Männer" 0.156 against a uniform 0.056 while no head reads it most, so "a head reads the antecedent most" no
-    # longer holds and is asserted in its negative form, as measured
-    assert metrics["pronoun_emitted"] == "they"
-    assert metrics["heads_reading_antecedent_most_cross"] == 0 and metrics["heads_reading_antecedent_most_enc"] == 0
+if (PRONOUN_SENTENCE, ANTECEDENT, PRONOUN) == ("Eine Frau verwendet eine Bohrmaschine während ein Mann sie fotografiert.", "Frau", "sie"):
+    # what the prose says of the default sentence: "her"; encoder heads read "Frau" most (two of them, measured), no
+    # cross head does, and the best cross head's weight on it is specific to the pronoun row. Measured with the model
+    # shipped now (dropout 0.2): largest encoder weight 0.84, best cross head L0 H7 0.185, 0.013 from the other output
+    # tokens, uniform 0.077; the earlier models' default sentences, and why they changed, are in the prose above
+    assert metrics["pronoun_emitted"] == "her"
+    assert metrics["heads_reading_antecedent_most_cross"] == 0 and metrics["heads_reading_antecedent_most_enc"] >= 1
     assert metrics["antecedent_cross_elsewhere"] < metrics["antecedent_max_cross"] / 2   # specific to the pronoun row
 
 # %% [markdown]
