@@ -190,7 +190,8 @@ assert metrics["shipped small-de-en, beam 4"] > metrics["shipped gru-de-en, beam
 # the shipped translator, trained for 100 CPU minutes, is far ahead of what this notebook trains in a few minutes:
 # more than 10 BLEU (its card: 40.4 on the whole test set; our 400-step model gives about 10, a SMOKE one about 0)
 if not CHECKPOINT:  # a user's CHECKPOINT may be the shipped model itself (-p CHECKPOINT=small-de-en): then there is no gap
-    # to claim; the default and SMOKE runs, which train their own model, always assert it (a default run with the earlier shipped model: 39.9 vs 12.4)
+    # to claim; the default and SMOKE runs, which train their own model, always assert it (a default run with the
+    # earlier shipped model: 39.9 vs 12.4)
     assert metrics["shipped small-de-en, beam 4"] > metrics[f"{best}, beam 4"] + 10
 
 # %% [markdown]

@@ -22,6 +22,11 @@ def _check(cond: bool, field: str, value: Any, fix: str) -> None:
         raise ConfigError(f"invalid {field}={value!r}: {fix}")
 
 
+def _is_probability(value: Any) -> bool:
+    """A dropout rate: a number in [0, 1)."""
+    return isinstance(value, (int, float)) and 0.0 <= value < 1.0
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes and switches of the encoder-decoder Transformer (paper section 3)."""
@@ -62,7 +67,7 @@ class ModelConfig:
             _check(isinstance(self.d_v, int) and self.d_v > 0, "d_v", self.d_v, "use a positive integer or None")
         for name in ("dropout", "attn_dropout"):
             value = getattr(self, name)
-            _check(isinstance(value, (int, float)) and 0.0 <= value < 1.0, name, value, "use a probability in [0, 1)")
+            _check(_is_probability(value), name, value, "use a probability in [0, 1)")
         _check(self.positional in POSITIONAL_KINDS, "positional", self.positional, f"choose one of {POSITIONAL_KINDS}")
         _check(self.activation in ACTIVATIONS, "activation", self.activation, f"choose one of {ACTIVATIONS}")
         _check(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "use a small positive number such as 1e-5")
@@ -217,8 +222,8 @@ class RunConfig:
                    "give both the source and the target file of your own parallel data, or neither")
         _check(isinstance(self.vocab_size, int) and self.vocab_size > 0, "vocab_size", self.vocab_size,
                "use a positive vocabulary size such as 8000")
-        _check(self.dropout is None or (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0),
-               "dropout", self.dropout, "use a probability in [0, 1), such as 0.1 or 0.3, or None for the preset's")
+        _check(self.dropout is None or _is_probability(self.dropout), "dropout", self.dropout,
+               "use a probability in [0, 1), such as 0.1 or 0.3, or None for the preset's")
         for name, allowed in self.choices().items():
             _check(getattr(self, name) in allowed, name, getattr(self, name), f"choose one of {allowed}")
         _check(isinstance(self.train, TrainConfig), "train", type(self.train).__name__, "pass a TrainConfig")
