@@ -109,6 +109,15 @@ def test_wheel_runs_a_notebook_without_the_source_tree(tmp_path):
     assert Path(seen["notebooks"]).resolve() == (purelib / "workbench" / "notebook_files").resolve()
     assert seen["names"] == sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
+    # the one-liner: the shipped translator loads from the wheel, hash-verified, with no network and no
+    # Multi30k folder (the card carries the scores)
+    env_offline = {k: v for k, v in env.items() if k != "WORKBENCH_MULTI30K"}
+    one_liner = "import workbench as wb; m, t, c = wb.pretrained('small-de-en'); print(json.dumps([c['bleu'], m.training]))"
+    bleu, training = json.loads(_run([str(python), "-c", "import json; " + one_liner], work, env_offline,
+                                     120).stdout.strip().splitlines()[-1])
+    card = json.loads((REPO / "workbench" / "pretrained" / "small-de-en" / "card.json").read_text())
+    assert bleu == card["bleu"] and training is False
+
     # 4. `workbench notebooks run` on SMOKE parameters, then `notebooks copy` of editable copies
     _run([str(python), "-m", "workbench", "notebooks", "run", "--only", NOTEBOOK[:2], "--smoke", "--out", "reports"],
          work, env, 900)

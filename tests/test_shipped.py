@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -103,6 +104,21 @@ def test_shipped_model_is_small_verified_and_loads(name):
             s = card["scores"][split][beam]
             assert s["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
             assert 0 < s["bleu"] < 100 and 0 < s["chrf"] < 100
+
+
+@pytest.mark.parametrize("filename", ["model.safetensors", "tokenizer.json"])
+def test_corrupted_copy_of_the_shipped_model_is_refused_and_left_untouched(tmp_path, filename):
+    source = Path(wb.shipped.WEIGHTS_DIR) / "small-de-en"
+    shutil.copytree(source, tmp_path / "small-de-en")
+    target = tmp_path / "small-de-en" / filename
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit in the middle of the file
+    target.write_bytes(bytes(data))
+    with pytest.raises(PretrainedError, match=re.escape(filename) + " does not match its recorded SHA-256"):
+        pretrained("small-de-en", root=tmp_path)
+    assert target.read_bytes() == bytes(data), "the refused copy was modified"
+    # the installed model itself is untouched and still verifies
+    assert sha256_file(source / filename) == wb.shipped.read_card("small-de-en")["sha256"][filename]
 
 
 @pytest.mark.slow
