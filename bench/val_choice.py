@@ -6,7 +6,7 @@ For comparing recipes (dropout, vocabulary size, epochs) before one of them is b
 rule is to choose on val and to decode test once, for the model that ships. The candidates are the same as the
 build's (the last checkpoint and the average of the last k step snapshots for each k), each rounded to float16 as
 shipped and decoded greedily on the whole of Multi30k val; the best one then gets the beam-4 length-penalty
-sweep on val (``workbench.shipped.choose_length_penalty``). Writes one JSON document (machine, torch version, git
+sweep on val (``workbench.shipped.choose_weights_on_val`` and ``choose_length_penalty``). Writes one JSON document (machine, torch version, git
 commit, command line, run summary, every score) and prints it. Test is never read.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import platform
 import sys
 import time
@@ -32,13 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="Multi30k folder (default: WORKBENCH_MULTI30K)")
     parser.add_argument("--json", type=Path, default=None, help="where to write the report")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the candidates' val scores as they come
 
     import torch
 
     from workbench.benchmark import _cpu_model, git_state
-    from workbench.checkpoint import average_last, load_model, step_checkpoints
+    from workbench.checkpoint import load_model
     from workbench.data import load_multi30k
-    from workbench.shipped import choose_length_penalty, half_roundtrip, score
+    from workbench.shipped import choose_length_penalty, choose_weights_on_val, half_roundtrip
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -47,20 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     run = args.run_dir
     if not (run / "last.pt").exists():
         parser.error(f"{run} has no last.pt: pass the folder a `workbench train --out` run wrote")
-    candidates = {"last checkpoint": run / "last.pt"}
-    n_snapshots = len(step_checkpoints(run))
-    for k in sorted(set(args.average)):
-        if 2 <= k <= n_snapshots:
-            candidates[f"average of the last {k} step snapshots"] = average_last(run, last=k, out=run / f"averaged{k}.pt")
-    _, _, state0 = load_model(candidates["last checkpoint"])
+    _, _, state0 = load_model(run / "last.pt")
     extra = state0.get("extra") or {}
     val = load_multi30k("val", extra.get("src_lang", "de"), extra.get("tgt_lang", "en"), data_dir=args.data_dir)
-    greedy = {}
-    for label, path in candidates.items():
-        model, tok, _ = load_model(path)
-        greedy[label] = score(half_roundtrip(model), tok, val, beam=1)["bleu"]
-        print(f"val greedy sacreBLEU of {label}: {greedy[label]:.2f}", file=sys.stderr)
-    chosen = max(greedy, key=greedy.get)
+    candidates, greedy, chosen = choose_weights_on_val(run, val, args.average)
     model, tok, _ = load_model(candidates[chosen])
     alpha, by_alpha = choose_length_penalty(half_roundtrip(model), tok, val)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}

@@ -393,43 +393,57 @@ def _hardware() -> str:
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {'cuda' if torch.cuda.is_available() else 'cpu'}"
 
 
+def choose_weights_on_val(run_dir: str | Path, val: list[tuple[str, str]], average: tuple[int, ...] | list[int] = (5,),
+                          ) -> tuple[dict[str, Path], dict[str, float], str]:
+    """The weights to ship from a training run, chosen on ``val`` only: (candidate checkpoint per label, val greedy
+    sacreBLEU per label, the chosen label).
+
+    Candidates are the last checkpoint and, for each k in ``average``, the average of the last k step snapshots
+    (written beside them as ``averagedK.pt``; a k larger than the snapshots on disk is skipped); each is rounded to
+    float16, as shipped, and decoded greedily on the whole of ``val``.
+    """
+    from .checkpoint import average_last, load_model, step_checkpoints
+
+    run = Path(run_dir)
+    candidates = {"last checkpoint": run / "last.pt"}
+    n_snapshots = len(step_checkpoints(run))
+    for k in sorted(set(average)):
+        if 2 <= k <= n_snapshots:
+            candidates[f"average of the last {k} step snapshots"] = average_last(run, last=k, out=run / f"averaged{k}.pt")
+        else:
+            log.info("not averaging the last %d snapshots: the run kept %d", k, n_snapshots)
+    greedy: dict[str, float] = {}
+    for label, path in candidates.items():
+        model, tok, _ = load_model(path)
+        greedy[label] = score(half_roundtrip(model), tok, val, beam=1)["bleu"]
+        log.info("val greedy sacreBLEU of %s: %.2f", label, greedy[label])
+    return candidates, greedy, max(greedy, key=greedy.get)
+
+
 def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_command: str, title: str,
                   summary: str, commit: str = "", budget: str = "", threads: int | None = None,
                   data_dir: str | Path | None = None, average: int | tuple[int, ...] = 5) -> dict[str, Any]:
     """Choose the run's weights on val, write the shipped files and the card with val and test scores.
 
-    Candidates are the last checkpoint and, for each k in ``average``, the average of the last k step snapshots
-    (a k larger than the snapshots on disk is skipped); each is rounded to float16 (as shipped) and decoded
-    greedily on the whole validation set; the best one ships. Then the beam-4 length penalty is chosen on val
-    (:func:`choose_length_penalty`). Test is scored once, after both choices.
+    The weights are chosen by :func:`choose_weights_on_val` (the last checkpoint or an average of the last k step
+    snapshots for each k in ``average``, float16 as shipped, greedy on the whole validation set). Then the beam-4
+    length penalty is chosen on val (:func:`choose_length_penalty`). Test is scored once, after both choices.
     """
     import shlex
 
-    from .checkpoint import average_last, load_model, step_checkpoints
+    from .checkpoint import load_model
     from .data import load_multi30k
     from .runtime import count_parameters
 
     run = Path(run_dir)
     out = Path(out_dir)
-    candidates = {"last checkpoint": run / "last.pt"}
-    n_snapshots = len(step_checkpoints(run))
     windows = sorted({average} if isinstance(average, int) else set(average))
-    for k in windows:
-        if 2 <= k <= n_snapshots:
-            candidates[f"average of the last {k} step snapshots"] = average_last(run, last=k, out=run / f"averaged{k}.pt")
-        else:
-            log.info("not averaging the last %d snapshots: the run kept %d", k, n_snapshots)
-    model0, tok0, state0 = load_model(candidates["last checkpoint"])
+    _, _, state0 = load_model(run / "last.pt")
     extra = state0.get("extra") or {}
     src, tgt = extra.get("src_lang", "de"), extra.get("tgt_lang", "en")
     val = load_multi30k("val", src, tgt, data_dir=data_dir)
     test = load_multi30k("test_2016_flickr", src, tgt, data_dir=data_dir)
-    choice: dict[str, Any] = {}
-    for label, path in candidates.items():
-        model, tok, _ = load_model(path)
-        choice[label] = score(half_roundtrip(model), tok, val, beam=1)["bleu"]
-        log.info("val greedy sacreBLEU of %s: %.2f", label, choice[label])
-    chosen = max(choice, key=choice.get)
+    candidates, choice, chosen = choose_weights_on_val(run, val, windows)
     model, tok, state = load_model(candidates[chosen])
     export_weights(model, tok, out, src, tgt)
     shipped, shipped_tok = load_folder(out)
