@@ -64,10 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _ablation(model: Any, tok: Any, rows: list[dict[str, Any]], pairs: list[tuple[str, str]], n_ablate: int,
               random_sets: int, seed: int) -> dict[str, Any]:
     """Rank cross heads on the first half of the sentences, measure the damage of ablating them on the other."""
-    from workbench.attribution import head_agreement
-    from workbench.batching import make_batch, token_batches
-    from workbench.intervene import ablate_heads
-    from workbench.train import evaluate
+    from workbench.inspect.attribution import head_agreement
+    from workbench.inspect.intervene import ablate_heads
+    from workbench.translation.batching import make_batch, token_batches
+    from workbench.translation.train import evaluate
 
     half = len(rows) // 2
     agreement = head_agreement(rows[:half], HEAD_METHOD)  # (L, H)
@@ -110,18 +110,18 @@ def _ablation(model: Any, tok: Any, rows: list[dict[str, Any]], pairs: list[tupl
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from workbench.align import ibm1
-    from workbench.attribution import (
+    from workbench.inspect.align import ibm1
+    from workbench.inspect.attribution import (
         METHODS,
         completeness,
         measure_agreement,
         paired_gap,
         summarise_agreement,
     )
-    from workbench.benchmark import _cpu_model, git_state
-    from workbench.data import load_multi30k
     from workbench.runtime import resolve_device
-    from workbench.shipped import load_any
+    from workbench.tools.benchmark import _cpu_model, git_state
+    from workbench.translation.data import load_multi30k
+    from workbench.translation.shipped import load_any
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -26,11 +26,11 @@ import time
 import torch
 
 from workbench import build_model, preset
-from workbench.data import load_multi30k
-from workbench.intervene import intervened_greedy
-from workbench.shipped import load_any
-from workbench.tokenizer import SubwordTokenizer
-from workbench.widgets import HeadInterventionInspector
+from workbench.inspect.intervene import intervened_greedy
+from workbench.translation.data import load_multi30k
+from workbench.translation.shipped import load_any
+from workbench.translation.tokenizer import SubwordTokenizer
+from workbench.viz.widgets import HeadInterventionInspector
 
 
 def _sentence(tok: SubwordTokenizer, pairs: list[tuple[str, str]], n_tokens: int) -> str:

@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import workbench as wb
-from workbench.benchmark import _batch, _cpu_model, git_state, train_step_pair
+from workbench.tools.benchmark import _batch, _cpu_model, git_state, train_step_pair
 
 GROUPS = {  # op name prefix -> group
     "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::addmm_"),

@@ -104,7 +104,7 @@ def _measured_model(report: dict[str, Any]) -> str:
     if not model:
         return ""
     try:
-        from workbench import shipped
+        from workbench.translation import shipped
 
         card = shipped.read_card(model)
     except Exception:  # a checkpoint path, or a name no longer shipped

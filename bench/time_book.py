@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from workbench.benchmark import _cpu_model, git_state
-from workbench.book import build_book
-from workbench.notebooks import default_jobs, kernel_threads
+from workbench.tools.benchmark import _cpu_model, git_state
+from workbench.tools.book import build_book
+from workbench.tools.notebooks import default_jobs, kernel_threads
 
 
 def _per_kernel(threads: int | None, inherited: dict[str, str]) -> str:

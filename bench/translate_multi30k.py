@@ -38,7 +38,7 @@ BEAM = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workbench.config import PRESETS, RunConfig
+    from workbench.model.config import PRESETS, RunConfig
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default=RunConfig.arch, choices=RunConfig.choices()["arch"])
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_config(args: argparse.Namespace) -> Any:
     """The training run this benchmark makes (a :class:`workbench.config.RunConfig`)."""
-    from workbench.config import RunConfig
+    from workbench.model.config import RunConfig
 
     return RunConfig.from_flat(arch=args.arch, preset=args.preset, src=args.src, tgt=args.tgt, data_dir=args.data_dir,
                                vocab_size=args.vocab_size, max_minutes=args.minutes, epochs=args.epochs,
@@ -72,7 +72,7 @@ def run_config(args: argparse.Namespace) -> Any:
 
 def train_argv(args: argparse.Namespace) -> list[str]:
     """The ``workbench train`` command line this benchmark runs: its :func:`run_config`, into ``--out``."""
-    from workbench.cli import run_argv
+    from workbench.tools.cli import run_argv
 
     return ["train", "--out", str(args.out), *run_argv(run_config(args))]
 
@@ -82,9 +82,9 @@ def readout(out: Path, data_dir: str | None = None, full: bool = False,
             average: Callable[..., Path] | None = None) -> dict[str, Any]:
     """Choose the weights (last vs last-5 average) on validation, then decode the test split once with them."""
     if evaluate is None:
-        from workbench.pipeline import evaluate_checkpoint as evaluate
+        from workbench.translation.pipeline import evaluate_checkpoint as evaluate
     if average is None:
-        from workbench.checkpoint import average_last as average
+        from workbench.translation.checkpoint import average_last as average
     candidates = {"averaged": Path(average(out, last=5)), "last": out / "last.pt"}
     val = []
     for name, ckpt in candidates.items():
@@ -100,8 +100,8 @@ def readout(out: Path, data_dir: str | None = None, full: bool = False,
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
-    from workbench.benchmark import git_state
-    from workbench.cli import main as workbench_main
+    from workbench.tools.benchmark import git_state
+    from workbench.tools.cli import main as workbench_main
 
     out = Path(args.out)
     t0 = time.perf_counter()

@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from workbench.benchmark import _cpu_model, git_state
-    from workbench.checkpoint import load_model
-    from workbench.data import load_multi30k
-    from workbench.shipped import choose_length_penalty, choose_weights_on_val, half_roundtrip
+    from workbench.tools.benchmark import _cpu_model, git_state
+    from workbench.translation.checkpoint import load_model
+    from workbench.translation.data import load_multi30k
+    from workbench.translation.shipped import choose_length_penalty, choose_weights_on_val, half_roundtrip
 
     if args.threads:
         torch.set_num_threads(args.threads)

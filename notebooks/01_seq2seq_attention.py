@@ -18,7 +18,7 @@
 #
 # A recurrent encoder reads the source one token at a time and leaves a state $h_i$ per position. Without attention,
 # the decoder sees the source only through the encoder's **last** state $h_S$, in two places (this is what
-# `workbench.rnn` does with `attention=False`): its initial state is $s_0 = \tanh(W_b h_S + b)$, and at *every* step the
+# `workbench.model.rnn` does with `attention=False`): its initial state is $s_0 = \tanh(W_b h_S + b)$, and at *every* step the
 # same $h_S$ is fed again as the context, concatenated with the decoder state before the output layer, exactly where
 # the attention model puts its context vector. So the baseline is not starved of the source after the first step;
 # it is given one fixed summary of it at every step. Whatever word it is producing, the whole sentence has to
@@ -46,7 +46,7 @@ D_MODEL: int = 256  # GRU state size
 import json
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
@@ -77,7 +77,7 @@ metrics["worked_alpha"] = alpha.tolist()
 # The same computation, batched, is what `workbench.rnn.DotProductAttention` does for every decoder step at once.
 
 # %%
-attn = wb.rnn.DotProductAttention()
+attn = wb.model.rnn.DotProductAttention()
 ctx, w = attn(s[None, None], H[None], torch.ones(1, 3, dtype=torch.bool))
 assert torch.allclose(w[0, 0], alpha) and torch.allclose(ctx[0, 0], a)
 
@@ -86,11 +86,11 @@ assert torch.allclose(w[0, 0], alpha) and torch.allclose(ctx[0, 0], a)
 # SMOKE uses a synthetic reversal task; the full run uses German→English Multi30k.
 
 # %%
-from workbench.data import load_multi30k, synthetic_pairs
-from workbench.tokenizer import SubwordTokenizer, WordTokenizer
-from workbench.train import fit
-from workbench.decode import translate
-from workbench.metrics import corpus_bleu, bleu_by_length
+from workbench.translation.data import load_multi30k, synthetic_pairs
+from workbench.translation.tokenizer import SubwordTokenizer, WordTokenizer
+from workbench.translation.train import fit
+from workbench.translation.decode import translate
+from workbench.translation.metrics import corpus_bleu, bleu_by_length
 if SMOKE:
     train = synthetic_pairs("reverse", 3000, 4, 14, 12, seed=SEED)
     val = synthetic_pairs("reverse", 200, 4, 14, 12, seed=SEED + 1)
@@ -153,7 +153,7 @@ metrics["alignment_rows_sum_to_one"] = True
 # its attention lines most output words up with the source word they translate.
 
 # %%
-from workbench.inspection import inspect_translation
+from workbench.inspect.inspection import inspect_translation
 gru, gru_tok, gru_card = wb.pretrained("gru-de-en")
 ins = inspect_translation(gru, gru_tok, "Ein kleines Mädchen spielt mit einem roten Ball im Park .")
 w_shipped = ins.weights("rnn_cross", 0)[0]                                  # (Tq, Tk): one attention function

@@ -57,14 +57,14 @@ import json, math
 import numpy as np
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.scores import additive_scores, dot_scores, scaling_study, score_cost
-from workbench.measure import counted_flops, median_seconds
+from workbench.lessons.scores import additive_scores, dot_scores, scaling_study, score_cost
+from workbench.lessons.measure import counted_flops, median_seconds
 np.set_printoptions(precision=2, suppress=True)
 gen = torch.Generator().manual_seed(SEED)
 
@@ -103,7 +103,7 @@ metrics["example_by_hand_difference"] = float((by_hand - out[0]).abs().max())
 # ## 2 · Three implementations, one answer
 #
 # The same function exists three times: written out as above, as PyTorch's fused kernel
-# `F.scaled_dot_product_attention` (which never materialises the weights), and in `workbench.attention`, which
+# `F.scaled_dot_product_attention` (which never materialises the weights), and in `workbench.model.attention`, which
 # takes the fused path unless the weights are asked for. On a batch with several heads and a padding mask (the last
 # two keys of the second sentence are padding), all of them must agree.
 

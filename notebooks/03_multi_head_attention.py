@@ -53,13 +53,13 @@ assert d_model % n_heads == 0, f"N_HEADS={N_HEADS} must divide D_MODEL={D_MODEL}
 import json, math
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.masks import padding_mask, causal_mask
+from workbench.model.masks import padding_mask, causal_mask
 torch.set_printoptions(precision=3, sci_mode=False)
 gen = torch.Generator().manual_seed(SEED)
 mha = wb.MultiHeadAttention(d_model, n_heads).eval()     # the workbench's block: packed in_proj_weight, out_proj

@@ -54,13 +54,13 @@ import json
 import numpy as np
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.positional import sinusoidal_table, distance_matrix, rotation_matrix, expected_norm, offset_profile, offset_spread
+from workbench.model.positional import sinusoidal_table, distance_matrix, rotation_matrix, expected_norm, offset_profile, offset_spread
 table = sinusoidal_table(long_table, D_MODEL)                     # (positions, D_MODEL)
 shown = min(D_MODEL, 128)
 figures.positional_heatmap(table[:HEATMAP_POSITIONS, :shown],
@@ -85,7 +85,7 @@ figures.distance_matrix_figure(dist, annotate=True, title=f"L2 distance between 
 # positions apart); pick two positions to read their distance.
 
 # %%
-from workbench.widgets import positional_explorer
+from workbench.viz.widgets import positional_explorer
 positional_explorer(d_model=min(D_MODEL, 512) // 4 * 4, length=min(max(LENGTH, 2), 100))
 
 # %% [markdown]
@@ -147,11 +147,11 @@ metrics.update(rotation_error=max(rot_err), distance_formula_error=max(formula_e
 # distance-by-offset profiles, each divided by its mean so that the two scales compare.
 
 # %%
-from workbench.positional import offset_rank_correlation, shuffled_rank_correlations
-from workbench.data import synthetic_pairs
-from workbench.tokenizer import WordTokenizer
-from workbench.train import fit, evaluate
-from workbench.batching import make_batch
+from workbench.model.positional import offset_rank_correlation, shuffled_rank_correlations
+from workbench.translation.data import synthetic_pairs
+from workbench.translation.tokenizer import WordTokenizer
+from workbench.translation.train import fit, evaluate
+from workbench.translation.batching import make_batch
 train = synthetic_pairs("copy", train_pairs, 3, TASK_MAX_LEN, 20, seed=SEED)
 val = synthetic_pairs("copy", 200, 3, TASK_MAX_LEN, 20, seed=SEED + 1)
 tok = WordTokenizer.train(train)

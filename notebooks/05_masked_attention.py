@@ -49,18 +49,18 @@ import json
 import numpy as np
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
 from IPython.display import Markdown, display
-from workbench.figures import markdown_table
-from workbench.masks import padding_mask, causal_mask, attention_mask, future_leak_check, decoder_dependency, incremental_logits
-from workbench.measure import median_seconds
-from workbench.batching import make_batch
-from workbench.tokenizer import WordTokenizer
+from workbench.viz.figures import markdown_table
+from workbench.model.masks import padding_mask, causal_mask, attention_mask, future_leak_check, decoder_dependency, incremental_logits
+from workbench.lessons.measure import median_seconds
+from workbench.translation.batching import make_batch
+from workbench.translation.tokenizer import WordTokenizer
 pairs = [(SOURCE, TARGET), (SHORT_SOURCE, SHORT_TARGET)]
 tok = WordTokenizer.train(pairs)
 batch = make_batch(tok.encode_src([s for s, _ in pairs]), tok.encode_tgt([t for _, t in pairs]), tok.pad_id)
@@ -100,7 +100,7 @@ metrics["causal_is_lower_triangular"] = bool(torch.equal(masks["decoder self (ca
 # is the same; with the causal part the visible keys form a staircase that stops at the last real token.
 
 # %%
-from workbench.widgets import mask_explorer
+from workbench.viz.widgets import mask_explorer
 mask_explorer(length=T)
 
 # %% [markdown]

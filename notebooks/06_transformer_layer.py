@@ -49,7 +49,7 @@ import json, math
 import numpy as np
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
@@ -57,13 +57,13 @@ metrics = {}
 # %%
 import dataclasses
 from IPython.display import Markdown, display
-from workbench.figures import markdown_table
-from workbench.model import FeedForward
-from workbench.train import rate, label_smoothed_loss, evaluate
-from workbench.batching import make_batch, token_batches
-from workbench.data import synthetic_pairs
-from workbench.positional import sinusoidal_table
-from workbench.tokenizer import WordTokenizer
+from workbench.viz.figures import markdown_table
+from workbench.model.transformer import FeedForward
+from workbench.translation.train import rate, label_smoothed_loss, evaluate
+from workbench.translation.batching import make_batch, token_batches
+from workbench.translation.data import synthetic_pairs
+from workbench.model.positional import sinusoidal_table
+from workbench.translation.tokenizer import WordTokenizer
 data = synthetic_pairs(TASK, 3200, 3, 12, 20, seed=SEED)
 train, val = data[:3000], data[3000:]
 tok = WordTokenizer.train(train)

@@ -58,7 +58,7 @@ import json, math
 import numpy as np
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
@@ -66,14 +66,14 @@ metrics = {}
 # %%
 from pathlib import Path
 from IPython.display import Markdown, display
-from workbench.figures import markdown_table
-from workbench.train import rate, label_smoothed_loss, evaluate
-from workbench.batching import make_batch, token_batches
-from workbench.checkpoint import save_checkpoint, load_checkpoint, average_checkpoints, load_state
-from workbench.data import synthetic_pairs
-from workbench.decode import beam_search, length_penalty, translate
-from workbench.metrics import corpus_bleu
-from workbench.tokenizer import WordTokenizer
+from workbench.viz.figures import markdown_table
+from workbench.translation.train import rate, label_smoothed_loss, evaluate
+from workbench.translation.batching import make_batch, token_batches
+from workbench.translation.checkpoint import save_checkpoint, load_checkpoint, average_checkpoints, load_state
+from workbench.translation.data import synthetic_pairs
+from workbench.translation.decode import beam_search, length_penalty, translate
+from workbench.translation.metrics import corpus_bleu
+from workbench.translation.tokenizer import WordTokenizer
 
 # %% [markdown]
 # ## 1 · The learning-rate schedule
@@ -326,7 +326,7 @@ metrics.update(mean_length_by_alpha={str(a): v for a, v in mean_len.items()}, re
 # for the paper's 37,000.
 
 # %%
-from workbench.pipeline import build_translator
+from workbench.translation.pipeline import build_translator
 with torch.device("meta"):
     n_small = wb.count_parameters(build_translator("transformer", "small", 8000, 0))
     n_base = wb.count_parameters(build_translator("transformer", "base", 37000, 0))

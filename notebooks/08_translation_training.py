@@ -36,17 +36,17 @@ N_TEST: int = 1000  # test_2016_flickr sentences to score; the split has 1000
 # %%
 import json, math, time
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.pipeline import get_translator
-from workbench.data import load_multi30k
-from workbench.decode import translate
-from workbench.metrics import corpus_bleu, tokenized_bleu, chrf
-from workbench.checkpoint import average_last, load_model
+from workbench.translation.pipeline import get_translator
+from workbench.translation.data import load_multi30k
+from workbench.translation.decode import translate
+from workbench.translation.metrics import corpus_bleu, tokenized_bleu, chrf
+from workbench.translation.checkpoint import average_last, load_model
 if SMOKE:
     kw = dict(preset_name="tiny", max_steps=150, limit=3000, vocab_size=1500, seed=SEED, max_tokens=2000, warmup_steps=200)
     n_test, rnn_steps, rnn_warmup = 60, 150, 200
@@ -148,7 +148,7 @@ pd.DataFrame(results).T
 # Read from the shipped `small-de-en` (a trained model gives sharp alignments), or from `CHECKPOINT` when you set it.
 
 # %%
-from workbench.inspection import inspect_translation
+from workbench.inspect.inspection import inspect_translation
 align_model, align_tok = (model, tok) if CHECKPOINT else shipped["small-de-en"][:2]
 ins = inspect_translation(align_model, align_tok, sources[1], beam=4)
 figures.attention_heatmap(ins.weights("cross", -1).mean(0), ins.out_tokens, ins.src_tokens,

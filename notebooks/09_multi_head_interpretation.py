@@ -37,20 +37,20 @@ import json
 import numpy as np
 import torch
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.shipped import load_any
-from workbench.data import load_multi30k
-from workbench.batching import make_batch, token_batches
-from workbench.heads import head_entropy, head_confidence, positional_score, head_importance, prune_order, mask_heads
-from workbench.inspection import inspect_translation, to_bertviz
-from workbench.align import ibm1, ibm1_align, word_spans, word_attention, alignment_agreement
-from workbench.decode import translate
-from workbench.metrics import corpus_bleu
+from workbench.translation.shipped import load_any
+from workbench.translation.data import load_multi30k
+from workbench.translation.batching import make_batch, token_batches
+from workbench.inspect.heads import head_entropy, head_confidence, positional_score, head_importance, prune_order, mask_heads
+from workbench.inspect.inspection import inspect_translation, to_bertviz
+from workbench.inspect.align import ibm1, ibm1_align, word_spans, word_attention, alignment_agreement
+from workbench.translation.decode import translate
+from workbench.translation.metrics import corpus_bleu
 # the translator that ships with the workbench (trained by its own recipe; see its card), or yours
 model, tok, info = load_any(CHECKPOINT or "small-de-en")
 if "card" in info:
@@ -273,7 +273,7 @@ metrics.update(best_alignment_agreement=agreement[best], chance_alignment=1 / me
 # The inspector below works offline (plotly). bertviz's view needs its JavaScript from a CDN, so it may stay blank without internet; the plotly head view beside it does not.
 
 # %%
-from workbench.widgets import AttentionInspector
+from workbench.viz.widgets import AttentionInspector
 inspector = AttentionInspector(model, tok, sentence=SENTENCE)
 inspector
 

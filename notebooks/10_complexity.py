@@ -58,15 +58,15 @@ path_ns = [2 ** i for i in range(2, (4 if SMOKE else PATH_N_MAX_LOG2) + 1)]
 # %%
 import json
 import workbench as wb
-from workbench import figures
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
 from IPython.display import Markdown, display
-from workbench.figures import markdown_table
-from workbench.complexity import KINDS, table1, layer_macs, analytic_path_length, measured_path_length, measure_layer, fit_loglog_slope
+from workbench.viz.figures import markdown_table
+from workbench.lessons.complexity import KINDS, table1, layer_macs, analytic_path_length, measured_path_length, measure_layer, fit_loglog_slope
 NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolutional": "convolutional",
          "restricted": "self-attention (restricted)"}
 
@@ -107,7 +107,7 @@ metrics.update(table_conv_over_recurrent=macs["convolutional"] / macs["recurrent
 # grow with its square while the attention bars grow with $d$.
 
 # %%
-from workbench.widgets import complexity_explorer
+from workbench.viz.widgets import complexity_explorer
 complexity_explorer(n=N, d=D)
 
 # %% [markdown]

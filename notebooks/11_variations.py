@@ -37,18 +37,18 @@ import json
 import numpy as np
 import workbench as wb
 from IPython.display import Markdown, display
-from workbench.figures import markdown_table
-from workbench import figures
+from workbench.viz.figures import markdown_table
+from workbench.viz import figures
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.data import load_multi30k
-from workbench.tokenizer import SubwordTokenizer
-from workbench.train import fit
-from workbench.decode import translate
-from workbench.metrics import corpus_bleu
+from workbench.translation.data import load_multi30k
+from workbench.translation.tokenizer import SubwordTokenizer
+from workbench.translation.train import fit
+from workbench.translation.decode import translate
+from workbench.translation.metrics import corpus_bleu
 train = load_multi30k("train", "de", "en", limit=3000 if SMOKE else TRAIN_PAIRS)
 val = load_multi30k("val", "de", "en")[: (40 if SMOKE else N_VAL)]
 tok = SubwordTokenizer.train(train, vocab_size=1500 if SMOKE else 6000)
@@ -68,8 +68,8 @@ variants = {
 }
 
 # %%
-from workbench.batching import make_batch
-from workbench.train import evaluate
+from workbench.translation.batching import make_batch
+from workbench.translation.train import evaluate
 val_src, val_tgt = tok.encode_src([s for s, _ in val]), tok.encode_tgt([t for _, t in val])
 val_batches = [make_batch(val_src[i:i + 50], val_tgt[i:i + 50], tok.pad_id) for i in range(0, len(val), 50)]
 rows = {}

@@ -55,17 +55,17 @@ import torch
 from IPython.display import Markdown, display
 
 import workbench as wb
-from workbench import figures
-from workbench.align import ibm1, ibm1_align, word_spans
-from workbench.attribution import (METHODS, attention_summaries, attribute, completeness, head_agreement,
+from workbench.viz import figures
+from workbench.inspect.align import ibm1, ibm1_align, word_spans
+from workbench.inspect.attribution import (METHODS, attention_summaries, attribute, completeness, head_agreement,
                                    measure_agreement, paired_gap, spearman, summarise_agreement, token_id)
-from workbench.batching import make_batch, token_batches
-from workbench.data import load_multi30k
-from workbench.flow import decoder_attention_flow
-from workbench.inspection import inspect_translation
-from workbench.intervene import ablate_heads
-from workbench.shipped import load_any
-from workbench.train import evaluate
+from workbench.translation.batching import make_batch, token_batches
+from workbench.translation.data import load_multi30k
+from workbench.inspect.flow import decoder_attention_flow
+from workbench.inspect.inspection import inspect_translation
+from workbench.inspect.intervene import ablate_heads
+from workbench.translation.shipped import load_any
+from workbench.translation.train import evaluate
 
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
@@ -106,7 +106,7 @@ figures.head_grid(cross, ins.out_tokens, ins.src_tokens, layer_labels=[f"cross L
 # tokens: the **last** decoder layer's cross-attention averaged over its heads; **all** layers and heads averaged;
 # the **rollout**, which follows the mixing through the encoder's self-attention, the decoder's self-attention and
 # each cross-attention (with the residual connections counted as half of each layer, as Abnar & Zuidema do;
-# `workbench.flow` writes out the recursion); and the **flow**, the same graph read as a network of pipes whose
+# `workbench.inspect.flow` writes out the recursion); and the **flow**, the same graph read as a network of pipes whose
 # bottlenecks limit what reaches the output (a max-flow per pair of tokens, slower, so it is drawn for this sentence
 # only).
 #

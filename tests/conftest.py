@@ -58,14 +58,14 @@ def multi30k_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def small_pairs(multi30k_dir):
-    from workbench.data import load_multi30k
+    from workbench.translation.data import load_multi30k
 
     return load_multi30k("train", "de", "en", data_dir=multi30k_dir, limit=3000)
 
 
 @pytest.fixture(scope="session")
 def subword_tokenizer(small_pairs):
-    from workbench.tokenizer import SubwordTokenizer
+    from workbench.translation.tokenizer import SubwordTokenizer
 
     return SubwordTokenizer.train(small_pairs, vocab_size=2000)
 
@@ -79,7 +79,7 @@ class SmokeRuns:
         self._results: dict[str, dict] = {}
 
     def __call__(self, path: Path) -> dict:
-        from workbench.notebooks import run_notebook
+        from workbench.tools.notebooks import run_notebook
 
         if path.stem not in self._results:
             self._results[path.stem] = run_notebook(path, self.out, smoke=True, threads=1, timeout=300)

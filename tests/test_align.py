@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from workbench.align import alignment_agreement, ibm1, ibm1_align, word_attention, word_spans
+from workbench.inspect.align import alignment_agreement, ibm1, ibm1_align, word_attention, word_spans
 
 
 def test_ibm1_learns_the_toy_corpus_alignment():

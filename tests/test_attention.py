@@ -9,8 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.attention import KVCache, MultiHeadAttention, attention_weights, scaled_dot_product_attention
-from workbench.masks import attention_mask, causal_mask, padding_mask, to_nn_mask
+from workbench.model.attention import (
+    KVCache,
+    MultiHeadAttention,
+    attention_weights,
+    scaled_dot_product_attention,
+)
+from workbench.model.masks import attention_mask, causal_mask, padding_mask, to_nn_mask
 
 
 def _qkv(B=2, H=3, Tq=5, Tk=7, D=8, seed=0):

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from workbench import build_model, preset
-from workbench.align import ibm1
-from workbench.attribution import (
+from workbench.errors import AttributionError
+from workbench.inspect.align import ibm1
+from workbench.inspect.attribution import (
     attention_summaries,
     attribute,
     completeness,
@@ -25,8 +26,7 @@ from workbench.attribution import (
     token_id,
     word_alignment,
 )
-from workbench.capture import capture_attention, hooks_remaining
-from workbench.errors import AttributionError
+from workbench.inspect.capture import capture_attention, hooks_remaining
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.checkpoint import load_checkpoint, load_model, load_state, save_checkpoint
-from workbench.data import load_multi30k, load_parallel_text
-from workbench.decode import beam_search, translate
-from workbench.tokenizer import WordTokenizer
+from workbench.translation.checkpoint import load_checkpoint, load_model, load_state, save_checkpoint
+from workbench.translation.data import load_multi30k, load_parallel_text
+from workbench.translation.decode import beam_search, translate
+from workbench.translation.tokenizer import WordTokenizer
 
 TOK = WordTokenizer.train([("ein mann fährt fahrrad", "a man rides a bike")])
 
@@ -74,14 +74,14 @@ def _c5(tmp_path, mp):
 
 @case("a run with no budget at all", wb.ConfigError, "needs a budget.*--epochs N.*--max-steps N.*--max-minutes M")
 def _c5b(tmp_path, mp):
-    from workbench.config import RunConfig
+    from workbench.model.config import RunConfig
 
     RunConfig()  # TrainConfig() has no epoch limit, no step and no time budget: nothing would end the run
 
 
 @case("fit with no budget at all", wb.ConfigError, "needs a budget")
 def _c5c(tmp_path, mp):
-    from workbench.train import fit
+    from workbench.translation.train import fit
 
     fit(_model(), TOK, [("ein mann", "a man")] * 8, [("ein mann", "a man")], wb.TrainConfig(device="cpu"),
         out_dir=tmp_path)
@@ -89,28 +89,28 @@ def _c5c(tmp_path, mp):
 
 @case("unknown architecture in a run", wb.ConfigError, r"arch='gru'.*\['rnn', 'transformer'\]")
 def _c5d(tmp_path, mp):
-    from workbench.config import RunConfig
+    from workbench.model.config import RunConfig
 
     RunConfig.from_flat(arch="gru", epochs=1)
 
 
 @case("unknown preset in a run", wb.ConfigError, r"preset='medium'.*\['tiny', 'small', 'base', 'big'\]")
 def _c5e(tmp_path, mp):
-    from workbench.config import RunConfig
+    from workbench.model.config import RunConfig
 
     RunConfig.from_flat(preset="medium", epochs=1)
 
 
 @case("own training source without its target", wb.ConfigError, "train_src/train_tgt.*give both")
 def _c5f(tmp_path, mp):
-    from workbench.config import RunConfig
+    from workbench.model.config import RunConfig
 
     RunConfig.from_flat(train_src="train.de", epochs=1)
 
 
 @case("misspelt run setting", wb.ConfigError, r"unknown run settings \['epoch'\]")
 def _c5g(tmp_path, mp):
-    from workbench.config import RunConfig
+    from workbench.model.config import RunConfig
 
     RunConfig.from_flat(epoch=3)
 
@@ -202,21 +202,21 @@ def _c18(tmp_path, mp):
 
 @case("misspelt notebook parameter", wb.NotebookParameterError, "did you mean SMOKE")
 def _c19(tmp_path, mp):
-    from workbench.notebooks import check_parameters, list_notebooks
+    from workbench.tools.notebooks import check_parameters, list_notebooks
 
     check_parameters(list_notebooks()[0], {"SMOKEE": True})
 
 
 @case("ill-typed notebook parameter", wb.NotebookParameterError, "SEED")
 def _c20(tmp_path, mp):
-    from workbench.notebooks import check_parameters, list_notebooks
+    from workbench.tools.notebooks import check_parameters, list_notebooks
 
     check_parameters(list_notebooks()[0], {"SEED": "zero"})
 
 
 @case("NaN loss during training", wb.TrainingError, "loss became nan")
 def _c21(tmp_path, mp):
-    from workbench.train import fit
+    from workbench.translation.train import fit
 
     model = _model()
     with torch.no_grad():
@@ -258,7 +258,7 @@ def test_defined_results_for_empty_and_unknown_input():
 
 
 def test_nan_loss_keeps_last_good_checkpoint(tmp_path):
-    from workbench.train import fit
+    from workbench.translation.train import fit
 
     model = _model()
     pairs = [("ein mann", "a man")] * 8

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from workbench.batching import make_batch, padded_length, token_batches
+from workbench.translation.batching import make_batch, padded_length, token_batches
 
 
 def test_make_batch_shifts_target_by_one():
@@ -87,7 +87,7 @@ def test_bucketed_batches_land_in_buckets_and_keep_the_budget(lengths):
 def test_extra_padding_leaves_loss_and_gradients_unchanged():
     """Rounding lengths up adds only masked source keys and ignored target positions."""
     from workbench import build_model, preset
-    from workbench.train import step_loss
+    from workbench.translation.train import step_loss
 
     rng = random.Random(2)
     src_ids = [[rng.randint(4, 59) for _ in range(n)] for n in (5, 9, 3)]

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import benchmark
-from workbench.benchmark import NNTransformer, dropout_sites, race, sdpa_kernels, without_hook_points
-from workbench.capture import HookPoint, hooks_remaining
+from workbench.inspect.capture import HookPoint, hooks_remaining
+from workbench.tools import benchmark
+from workbench.tools.benchmark import NNTransformer, dropout_sites, race, sdpa_kernels, without_hook_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -124,7 +124,7 @@ def _readme_command(starts: str, marker: str | None = None) -> list[str]:
 
 
 def test_translate_benchmark_trains_with_the_readme_recipe():
-    from workbench.cli import build_parser as cli_parser
+    from workbench.tools.cli import build_parser as cli_parser
 
     script = _script()
     ours = vars(cli_parser().parse_args(script.train_argv(script.build_parser().parse_args([]))))
@@ -248,7 +248,7 @@ def test_readme_table_renders_an_attention_vs_attribution_report(tmp_path):
 
 
 def test_readme_table_says_when_an_attribution_report_measured_earlier_shipped_weights(tmp_path):
-    from workbench import shipped
+    from workbench.translation import shipped
 
     table = _readme_table()
     card = shipped.read_card("small-de-en")

@@ -18,8 +18,8 @@ import nbformat
 import pytest
 from conftest import offline_page
 
-from workbench import book
 from workbench.errors import BookError
+from workbench.tools import book
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

@@ -30,8 +30,8 @@ def _free_port() -> int:
 
 INSPECTOR_CELL = """
 import torch, workbench as wb
-from workbench.tokenizer import WordTokenizer
-from workbench.widgets import AttentionInspector
+from workbench.translation.tokenizer import WordTokenizer
+from workbench.viz.widgets import AttentionInspector
 tok = WordTokenizer.train([("ein mann fährt ein rotes fahrrad", "a man rides a red bike")])
 torch.manual_seed(0)
 model = wb.build_model(wb.preset("tiny", n_heads=2), tok.src_vocab_size, tok.tgt_vocab_size).eval()
@@ -50,7 +50,7 @@ def _lab_with_cell(browser, tmp_path, source: str):
     nb.cells.append(nbformat.v4.new_code_cell(source))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "inspect.ipynb")
-    from workbench.notebooks import kernel_name_for_this_python
+    from workbench.tools.notebooks import kernel_name_for_this_python
 
     kernel_name_for_this_python()  # make sure a python3 kernelspec exists
     port, token = _free_port(), "workbench-test-token"
@@ -116,8 +116,8 @@ def test_inspector_in_jupyterlab(browser, tmp_path):
 
 INTERVENTION_CELL = """
 import torch, workbench as wb
-from workbench.tokenizer import WordTokenizer
-from workbench.widgets import HeadInterventionInspector
+from workbench.translation.tokenizer import WordTokenizer
+from workbench.viz.widgets import HeadInterventionInspector
 tok = WordTokenizer.train([("ein mann fährt ein rotes fahrrad", "a man rides a red bike")])
 torch.manual_seed(0)
 model = wb.build_model(wb.preset("tiny", n_heads=2), tok.src_vocab_size, tok.tgt_vocab_size).eval()
@@ -152,7 +152,7 @@ def test_head_intervention_inspector_in_jupyterlab(browser, tmp_path):
 
 
 def test_html_report_renders_offline(browser, smoke_runs):
-    from workbench.notebooks import list_notebooks
+    from workbench.tools.notebooks import list_notebooks
 
     nb = next(p for p in list_notebooks() if p.name.startswith("04_"))
     result = smoke_runs(nb)  # executed once per session, shared with tests/test_notebooks and the SMOKE book

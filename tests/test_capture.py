@@ -161,18 +161,23 @@ def test_rnn_queries_keys_values_recorded():
 
 
 def test_the_model_does_not_import_the_capture_side_door():
-    """The model modules own hook points (workbench.hook_points) and know nothing of capture, which imports them."""
+    """The model's modules (``workbench/model/``) own hook points and import nothing from inspection, presentation,
+    tools or translation: capture imports them, never the other way round."""
     import ast
     import pathlib
 
     import workbench
 
-    package = pathlib.Path(workbench.__file__).parent
-    for name in ("model.py", "attention.py", "rnn.py"):
-        tree = ast.parse((package / name).read_text())
-        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    folder = pathlib.Path(workbench.__file__).parent / "model"
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-        assert "hook_points" in imported and not {"capture", "workbench.capture"} & imported, (name, imported)
+        outside = {m for m in imported if m.startswith(("workbench.inspect", "workbench.viz", "workbench.tools",
+                                                         "workbench.translation", "workbench.lessons"))}
+        assert not outside, f"{path.name} imports {sorted(outside)}"
+    uses = (folder / "attention.py").read_text() + (folder / "transformer.py").read_text()
+    assert "workbench.model.hook_points" in uses
 
 
 def test_layers_are_named_by_their_place_in_the_model(model_and_batch):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workbench import CheckpointError, build_model, preset
-from workbench.checkpoint import (
+from workbench.translation.checkpoint import (
     average_checkpoints,
     average_last,
     load_checkpoint,
@@ -18,7 +18,7 @@ from workbench.checkpoint import (
     load_state,
     save_checkpoint,
 )
-from workbench.tokenizer import WordTokenizer
+from workbench.translation.tokenizer import WordTokenizer
 
 
 @pytest.fixture
@@ -180,12 +180,12 @@ def _umask() -> int:
 
 
 def test_checkpoints_and_pipeline_choose_the_architecture_through_the_registry(tmp_path, monkeypatch):
-    """A new architecture added to workbench/registry.py alone is saved under its name, rebuilt as its own class
+    """A new architecture added to workbench/model/registry.py alone is saved under its name, rebuilt as its own class
     by load_model, built by the pipeline and accepted by a RunConfig: nothing else chooses by class or name."""
-    from workbench import registry
-    from workbench.config import ModelConfig, RunConfig
-    from workbench.model import Transformer
-    from workbench.pipeline import build_translator
+    from workbench.model import registry
+    from workbench.model.config import ModelConfig, RunConfig
+    from workbench.model.transformer import Transformer
+    from workbench.translation.pipeline import build_translator
 
     class Wide(Transformer):
         pass

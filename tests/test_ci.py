@@ -122,8 +122,8 @@ def _extra(name: str) -> dict[str, Requirement]:
 
 
 def test_export_and_dev_extras_install_the_kaleido_the_code_accepts(monkeypatch, tmp_path):
-    from workbench import figures
-    from workbench.figures import ImageExportError
+    from workbench.viz import figures
+    from workbench.viz.figures import ImageExportError
 
     export, dev = _extra("export")["kaleido"], _extra("dev")["kaleido"]
     monkeypatch.setattr(go.Figure, "write_image", lambda self, path, **kw: Path(path).write_bytes(b""))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.benchmark import SUITES
-from workbench.cli import main
 from workbench.errors import CheckpointError
+from workbench.tools.benchmark import SUITES
+from workbench.tools.cli import main
 
 
 @pytest.mark.parametrize("command", [[], ["train"], ["translate"], ["evaluate"], ["average"], ["notebooks", "run"], ["bench"], ["info"]])
@@ -51,7 +51,7 @@ def test_train_translate_evaluate_average(tmp_path, capsys, multi30k_dir):
 
 
 def _train_parser():
-    from workbench.cli import build_parser
+    from workbench.tools.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     return sub.choices["train"]
@@ -60,8 +60,8 @@ def _train_parser():
 def test_train_options_are_the_run_config_fields():
     """Every field of RunConfig and TrainConfig is a `train` option with the field's comment as its help and the
     field's default; preset and architecture choices come from the preset table and the registry."""
-    from workbench.config import PRESETS, RunConfig, TrainConfig, field_docs
-    from workbench.registry import architectures
+    from workbench.model.config import PRESETS, RunConfig, TrainConfig, field_docs
+    from workbench.model.registry import architectures
 
     docs = {**field_docs(RunConfig), **field_docs(TrainConfig)}
     fields = {f.name: f for f in RunConfig.flat_fields()}
@@ -84,8 +84,8 @@ def test_train_without_a_budget_is_refused_in_one_line(tmp_path, capsys):
 
 
 def test_run_argv_gives_back_the_run():
-    from workbench.cli import run_argv, run_config_from_args
-    from workbench.config import RunConfig
+    from workbench.model.config import RunConfig
+    from workbench.tools.cli import run_argv, run_config_from_args
 
     run = RunConfig.from_flat(arch="rnn", preset="tiny", limit=30, train_src="a.de", train_tgt="a.en", vocab_size=500,
                               max_minutes=2.5, warmup_steps=80, amp=False, compile=True, grad_clip=None, patience=3)
@@ -98,8 +98,8 @@ def test_shipped_cards_train_commands_still_parse():
     """`workbench pretrained reproduce` runs the command on each card: it must still give the card's run."""
     import shlex
 
-    from workbench import shipped
-    from workbench.cli import run_config_from_args
+    from workbench.tools.cli import run_config_from_args
+    from workbench.translation import shipped
 
     for name in shipped.list_pretrained():
         card = shipped.read_card(name)
@@ -209,7 +209,7 @@ def test_notebooks_copy_command(tmp_path, capsys):
 
 
 def test_evaluate_a_shipped_model_decodes_with_its_cards_length_penalty(capsys, multi30k_dir):
-    from workbench.shipped import card_alpha, read_card
+    from workbench.translation.shipped import card_alpha, read_card
 
     args = ["evaluate", "--checkpoint", "small-de-en", "--split", "val", "--limit", "8", "--data-dir",
             str(multi30k_dir), "--device", "cpu", "--json"]

@@ -7,9 +7,10 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import workbench as wb
-from workbench import attention, kernels
-from workbench.batching import make_batch
-from workbench.train import step_loss
+from workbench.model import attention
+from workbench.translation import kernels
+from workbench.translation.batching import make_batch
+from workbench.translation.train import step_loss
 
 VOCAB = 50
 
@@ -100,7 +101,7 @@ def test_cached_decoding_has_no_graph_break_and_stops_recompiling():
         again, frames2 = run(10)
         assert frames2[-1] == frames[-1]
         torch.testing.assert_close(again, tokens)
-        from workbench.decode import greedy_decode
+        from workbench.translation.decode import greedy_decode
 
         # the compiled steps pick what eager greedy decoding picks (its last step is forced to its eos)
         reference = greedy_decode(model, src, bos_id=1, eos_id=VOCAB + 1, max_len=10)  # an eos never chosen

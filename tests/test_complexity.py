@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from workbench.complexity import (
+from workbench.lessons.complexity import (
     KINDS,
     RestrictedSelfAttention,
     analytic_path_length,

@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from workbench import ChecksumError, DataError
-from workbench import data as wd
-from workbench.data import (
+from workbench.translation import data as wd
+from workbench.translation.data import (
     SPLITS,
     checksums,
     download_multi30k,
@@ -164,7 +164,7 @@ def test_unchecked_splits_are_accepted_with_a_warning(fake_server, tmp_path, cap
     monkeypatch.setattr(wd, "_WARNED", set())  # warnings are logged once per file and session
     overrides["test_2018_flickr.de.gz"] = gzip.compress(b"Ein Hund .\nZwei Katzen .\n")
     overrides["test_2018_flickr.en.gz"] = gzip.compress(b"A dog .\nTwo cats .\n")
-    with caplog.at_level(logging.WARNING, logger="workbench.data"):
+    with caplog.at_level(logging.WARNING, logger="workbench.translation.data"):
         pairs = load_multi30k("test_2018_flickr", data_dir=tmp_path)
     assert pairs == [("Ein Hund .", "A dog ."), ("Zwei Katzen .", "Two cats .")]
     assert "test_2018_flickr.de.gz" not in checksums()

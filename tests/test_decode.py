@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from workbench import DecodingError, InputTextError, RNNConfig, build_model, build_rnn, preset
-from workbench.decode import beam_search, greedy_decode, length_penalty
+from workbench.translation.decode import beam_search, greedy_decode, length_penalty
 
 
 @pytest.fixture(params=["transformer", "rnn"])

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import require
 
-from workbench.checkpoint import load_checkpoint
+from workbench.translation.checkpoint import load_checkpoint
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -69,7 +69,7 @@ if os.environ["RANK"] == "1":
 
     pathlib.Path.write_text = no_summary
 
-from workbench.cli import main
+from workbench.tools.cli import main
 
 sys.exit(main(sys.argv[1:]))
 """

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from workbench.checkpoint import load_checkpoint
+from workbench.translation.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +49,8 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, multi30k_di
 
 SAVER = """
 import sys, torch, workbench as wb
-from workbench.checkpoint import save_checkpoint
-from workbench.tokenizer import WordTokenizer
+from workbench.translation.checkpoint import save_checkpoint
+from workbench.translation.tokenizer import WordTokenizer
 tok = WordTokenizer.train([("a b", "b a")])
 model = wb.build_model(wb.preset("small"), 4000, 4000)   # ~ 50 MB per checkpoint: saving takes a while
 step = 0

@@ -16,8 +16,8 @@ import pytest
 import torch
 from conftest import require
 
-from workbench import figures
-from workbench.figures import FigureInputError, ImageExportError
+from workbench.viz import figures
+from workbench.viz.figures import FigureInputError, ImageExportError
 
 SRC = ["▁Ein", "▁Mann", "▁fährt", "▁.", "</s>"]
 TGT = ["<s>", "▁the", "▁man", "▁the", "▁man"]  # repeated tokens on purpose
@@ -219,7 +219,7 @@ def test_training_curves_from_dict_dataclass_and_object():
 
 
 def test_training_curves_accepts_the_package_history():
-    from workbench.train import History
+    from workbench.translation.train import History
 
     fig = figures.training_curves(History(train_loss=[4.0, 3.0], val_loss=[3.5, 3.2], val_bleu=[1.0, 4.0]))
     assert len(fig.data) == 3

@@ -6,8 +6,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from workbench import figures
-from workbench.figures import FigureInputError
+from workbench.viz import figures
+from workbench.viz.figures import FigureInputError
 
 
 def test_rollout_heatmap_draws_the_matrix_on_its_own_range():

@@ -7,7 +7,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import workbench as wb
 from workbench import build_model, preset
-from workbench.flops import forward_flops, mfu, model_train_flops, peak_flops, train_step_flops
+from workbench.lessons.flops import forward_flops, mfu, model_train_flops, peak_flops, train_step_flops
 
 
 @pytest.mark.parametrize("name", ["tiny", "small"])
@@ -25,7 +25,7 @@ def test_analytic_train_flops_match_torch_flop_counter(name):
 
 
 def test_no_count_for_the_recurrent_baseline():
-    from workbench.rnn import RNNConfig, build_rnn
+    from workbench.model.rnn import RNNConfig, build_rnn
 
     model = build_rnn(RNNConfig(), 50, 50)
     assert model_train_flops(model, torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long)) is None
@@ -44,7 +44,7 @@ def test_peak_and_mfu(monkeypatch):
 def test_benchmark_reference_has_our_parameter_count():
     """The nn.Transformer we race against is the same size (its extra final LayerNorms of a post-LN stack removed)."""
     from workbench import build_model, preset
-    from workbench.benchmark import NNTransformer
+    from workbench.tools.benchmark import NNTransformer
 
     # base ties the source embedding too (paper section 3.4); shared tensors counted once
     for cfg in (preset("tiny"), preset("small"), preset("small", norm_first=True), preset("base")):

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from workbench import build_model, preset
-from workbench.capture import capture_attention
-from workbench.flow import (
+from workbench.inspect.capture import capture_attention
+from workbench.inspect.flow import (
     FlowInputError,
     attention_flow,
     attention_rollout,

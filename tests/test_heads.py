@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workbench import build_model, hooks_remaining, preset
-from workbench.heads import (
+from workbench.inspect.heads import (
     gate_heads,
     head_confidence,
     head_entropy,

@@ -8,11 +8,17 @@ import pytest
 import torch
 
 from workbench import build_model, hooks_remaining, preset
-from workbench.capture import capture_attention
-from workbench.decode import greedy_decode
 from workbench.errors import InterventionError
-from workbench.heads import mask_heads
-from workbench.intervene import ablate_heads, attention_blocks, head_means, intervened_greedy, resolve_heads
+from workbench.inspect.capture import capture_attention
+from workbench.inspect.heads import mask_heads
+from workbench.inspect.intervene import (
+    ablate_heads,
+    attention_blocks,
+    head_means,
+    intervened_greedy,
+    resolve_heads,
+)
+from workbench.translation.decode import greedy_decode
 
 
 @pytest.fixture(scope="module")

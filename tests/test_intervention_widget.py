@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from workbench import build_model, hooks_remaining, preset
-from workbench.capture import capture_attention
-from workbench.decode import translate
-from workbench.intervene import ablate_heads
-from workbench.metrics import corpus_bleu
-from workbench.tokenizer import WordTokenizer
-from workbench.widgets import HeadInterventionInspector
+from workbench.inspect.capture import capture_attention
+from workbench.inspect.intervene import ablate_heads
+from workbench.translation.decode import translate
+from workbench.translation.metrics import corpus_bleu
+from workbench.translation.tokenizer import WordTokenizer
+from workbench.viz.widgets import HeadInterventionInspector
 
 PAIRS = [("ein mann fährt fahrrad", "a man rides a bike"), ("eine frau liest", "a woman reads"),
          ("ein hund läuft", "a dog runs")]

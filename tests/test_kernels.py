@@ -6,9 +6,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import workbench as wb
-from workbench import kernels
-from workbench.batching import Batch
-from workbench.train import label_smoothed_loss, step_loss
+from workbench.translation import kernels
+from workbench.translation.batching import Batch
+from workbench.translation.train import label_smoothed_loss, step_loss
 
 
 def test_dropout_drops_p_of_the_elements_and_is_unbiased():

@@ -10,18 +10,24 @@ import torch
 from _derived import expected_jacobian_norm, jacobian_norm_closed_form  # tests/_derived.py
 
 import workbench as wb
-from workbench import complexity as C
-from workbench.figures import markdown_table
-from workbench.masks import decoder_dependency, future_leak_check, incremental_logits
-from workbench.measure import counted_flops, peak_tensor_bytes
-from workbench.positional import (
+from workbench.lessons import complexity as C
+from workbench.lessons.measure import counted_flops, peak_tensor_bytes
+from workbench.lessons.scores import (
+    additive_scores,
+    dot_scores,
+    scaling_study,
+    score_cost,
+    softmax_jacobian_norm,
+)
+from workbench.model.masks import decoder_dependency, future_leak_check, incremental_logits
+from workbench.model.positional import (
     cosine_matrix,
     distance_matrix,
     offset_profile,
     offset_spread,
     sinusoidal_table,
 )
-from workbench.scores import additive_scores, dot_scores, scaling_study, score_cost, softmax_jacobian_norm
+from workbench.viz.figures import markdown_table
 
 
 def test_scaling_study_variance_grows_with_dk_and_scaling_undoes_it():

@@ -9,7 +9,7 @@ import sacrebleu
 import torch
 
 from workbench import InputTextError
-from workbench.metrics import (
+from workbench.translation.metrics import (
     BleuResult,
     bleu_by_length,
     chrf,

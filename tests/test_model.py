@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from workbench import ConfigError, build_model, count_parameters, preset
-from workbench.config import ModelConfig, TrainConfig
-from workbench.masks import attention_mask, causal_mask, to_nn_mask
-from workbench.model import DecoderLayer, EncoderLayer
+from workbench.model.config import ModelConfig, TrainConfig
+from workbench.model.masks import attention_mask, causal_mask, to_nn_mask
+from workbench.model.transformer import DecoderLayer, EncoderLayer
 
 D, H, FF = 32, 4, 64
 
@@ -209,7 +209,7 @@ def test_learned_positions_and_long_input():
 
 def test_sublayer_connection_defaults_to_the_papers_post_ln():
     """``LayerNorm(x + Sublayer(x))`` by default (section 3.1); ``x + Sublayer(LayerNorm(x))`` with norm_first."""
-    from workbench.model import sublayer_connection
+    from workbench.model.transformer import sublayer_connection
 
     torch.manual_seed(0)
     x, norm, f = torch.randn(2, 3, D), nn.LayerNorm(D), nn.Linear(D, D)

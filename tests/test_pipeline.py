@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import workbench
-import workbench.checkpoint
-from workbench import pipeline
+import workbench.translation.checkpoint
 from workbench.errors import ConfigError
+from workbench.translation import pipeline
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def fake_training(monkeypatch):
         (Path(out_dir) / "last.pt").write_bytes(b"stub")
 
     monkeypatch.setattr(pipeline, "train_translation", train_translation)
-    monkeypatch.setattr(workbench.checkpoint, "load_model", lambda path: ("model", "tokenizer", {}))
+    monkeypatch.setattr(workbench.translation.checkpoint, "load_model", lambda path: ("model", "tokenizer", {}))
     return trained
 
 
@@ -40,10 +40,10 @@ def test_cached_model_is_reused_only_by_the_same_code_and_version(tmp_path, monk
 
     # the training code changed since the model was cached (one comment added to train.py): trained again
     edited = tmp_path / "train.py"
-    shutil.copy(workbench.train.__file__, edited)
+    shutil.copy(workbench.translation.train.__file__, edited)
     edited.write_text(edited.read_text() + "\n# changed\n")
     with monkeypatch.context() as m:
-        m.setattr(workbench.train, "__file__", str(edited))
+        m.setattr(workbench.translation.train, "__file__", str(edited))
         _, _, state = pipeline.get_translator(**kw)
     assert len(fake_training) == 3 and Path(state["run_dir"]) != first
 
@@ -54,7 +54,8 @@ def test_cached_model_is_reused_only_by_the_same_code_and_version(tmp_path, monk
 
 
 def test_fingerprint_covers_the_modules_that_define_a_trained_model():
-    assert {"train", "model", "tokenizer", "batching", "attention", "rnn", "data"} <= set(pipeline.TRAINING_CODE)
+    assert {"translation.train", "model.transformer", "translation.tokenizer", "translation.batching",
+            "model.attention", "model.rnn", "translation.data"} <= set(pipeline.TRAINING_CODE)
     assert len(pipeline.training_code_fingerprint()) == 16
 
 
@@ -67,7 +68,7 @@ def test_get_translator_needs_a_budget(tmp_path, fake_training):
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])
 def test_run_dropout_overrides_the_presets(tmp_path, arch):
     """``workbench train --dropout P`` trains (and saves) the preset's model with P_drop = P, for both architectures."""
-    from workbench.checkpoint import load_model
+    from workbench.translation.checkpoint import load_model
 
     lines = {"src": ["ein hund rennt .", "eine katze schläft .", "zwei männer gehen ."] * 4,
              "tgt": ["a dog runs .", "a cat sleeps .", "two men walk ."] * 4}

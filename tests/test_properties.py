@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench import build_model, preset
-from workbench.attention import scaled_dot_product_attention
-from workbench.masks import attention_mask
+from workbench.model.attention import scaled_dot_product_attention
+from workbench.model.masks import attention_mask
 
 
 @st.composite

@@ -9,8 +9,16 @@ import pytest
 import torch
 
 from workbench import CheckpointError, ConfigError, InputTextError
-from workbench.data import load_multi30k, synthetic_pairs
-from workbench.tokenizer import BOS, EOS, PAD, UNK, SubwordTokenizer, WordTokenizer, tokenizer_from_json
+from workbench.translation.data import load_multi30k, synthetic_pairs
+from workbench.translation.tokenizer import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    SubwordTokenizer,
+    WordTokenizer,
+    tokenizer_from_json,
+)
 
 
 def _roundtrip_failures(tok: SubwordTokenizer, texts: list[str], side: str) -> list[tuple[str, str]]:

@@ -9,13 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from workbench import TrainConfig, TrainingError, build_model, preset
-from workbench.batching import make_batch
-from workbench.checkpoint import average_last, load_model
-from workbench.data import synthetic_pairs
-from workbench.decode import translate
-from workbench.metrics import exact_match
-from workbench.tokenizer import WordTokenizer
-from workbench.train import History, evaluate, fit, label_smoothed_loss, rate, step_loss
+from workbench.translation.batching import make_batch
+from workbench.translation.checkpoint import average_last, load_model
+from workbench.translation.data import synthetic_pairs
+from workbench.translation.decode import translate
+from workbench.translation.metrics import exact_match
+from workbench.translation.tokenizer import WordTokenizer
+from workbench.translation.train import History, evaluate, fit, label_smoothed_loss, rate, step_loss
 
 
 def test_schedule_is_the_papers_formula():
@@ -52,7 +52,7 @@ def _padded_batch(vocab=60, seed=0):
 def test_step_loss_projects_only_real_targets_and_equals_full_projection(arch, monkeypatch):
     """Gathering the real target rows before the vocabulary projection changes neither loss nor gradients (the
     projection and the loss run fused, :func:`workbench.kernels.projected_label_smoothed_cross_entropy`)."""
-    import workbench.train as train_module
+    import workbench.translation.train as train_module
 
     cfg = preset("tiny", norm_first=arch == "pre-LN", tie_output=arch != "untied")
     torch.manual_seed(0)
@@ -87,7 +87,7 @@ def test_step_loss_projects_only_real_targets_and_equals_full_projection(arch, m
 
 
 def test_step_loss_of_the_recurrent_baseline_equals_full_logits():
-    from workbench.rnn import RNNConfig, build_rnn
+    from workbench.model.rnn import RNNConfig, build_rnn
 
     torch.manual_seed(0)
     model = build_rnn(RNNConfig(d_model=16, dropout=0.0), 60, 60)
@@ -194,8 +194,8 @@ def test_step_budget_stops_at_that_step_whatever_the_speed(tmp_path):
     very same parameters, mid-epoch, and a resumed run that had used its steps trains no further."""
     import time
 
-    from workbench.checkpoint import load_checkpoint
     from workbench.errors import ConfigError
+    from workbench.translation.checkpoint import load_checkpoint
 
     def run(out, pause=0.0, resume=False):
         model, tok, train, val, cfg = _copy_setup()
@@ -221,7 +221,7 @@ def test_step_budget_stops_at_that_step_whatever_the_speed(tmp_path):
 
 def test_no_epoch_limit_trains_until_the_step_budget(tmp_path):
     """epochs=None: no epoch limit; the step budget ends the run, several epochs in."""
-    from workbench.checkpoint import load_checkpoint
+    from workbench.translation.checkpoint import load_checkpoint
 
     model, tok, train, val, cfg = _copy_setup()
     cfg = TrainConfig(**{**cfg.__dict__, "epochs": None, "max_steps": 12})
@@ -235,8 +235,8 @@ def test_no_epoch_limit_trains_until_the_step_budget(tmp_path):
 def test_keep_checkpoints_keeps_the_newest_snapshots_for_averaging(tmp_path):
     """--keep-checkpoints N: after every epoch only the newest N numbered snapshots (every checkpoint_every steps
     and at epoch ends) stay on disk, the ones `pretrained build --average` chooses among."""
-    from workbench.checkpoint import step_checkpoints
     from workbench.errors import ConfigError
+    from workbench.translation.checkpoint import step_checkpoints
 
     model, tok, train, val, cfg = _copy_setup()
     cfg = TrainConfig(**{**cfg.__dict__, "epochs": None, "max_steps": 20, "checkpoint_every": 2,

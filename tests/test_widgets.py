@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from workbench import build_model, preset
-from workbench.inspection import inspect_translation, to_bertviz
-from workbench.tokenizer import WordTokenizer
-from workbench.widgets import AttentionInspector, complexity_explorer, mask_explorer, positional_explorer
+from workbench.inspect.inspection import inspect_translation, to_bertviz
+from workbench.translation.tokenizer import WordTokenizer
+from workbench.viz.widgets import AttentionInspector, complexity_explorer, mask_explorer, positional_explorer
 
 
 @pytest.fixture(scope="module")

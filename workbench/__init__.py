@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from . import complexity, decode, heads, train  # noqa: E402, F401  (submodules used as wb.decode..., wb.train...)
-from .attention import KVCache, MultiHeadAttention, attention_weights, scaled_dot_product_attention
-from .attribution import Attribution, attribute, measure_agreement
-from .capture import AttentionCache, capture_attention, hooks_remaining
-from .checkpoint import load_model  # noqa: E402
-from .config import PRESETS, ModelConfig, RunConfig, TrainConfig, preset
-from .decode import translate  # noqa: E402
-from .errors import (
+from workbench.errors import (
     AttributionError,
     CheckpointError,
     ChecksumError,
@@ -22,16 +15,30 @@ from .errors import (
     TrainingError,
     WorkbenchError,
 )
-from .flow import attention_flow, attention_rollout, decoder_attention_flow, decoder_rollout  # noqa: E402
-from .inspection import inspect_translation, to_bertviz  # noqa: E402
-from .intervene import ablate_heads, head_means, intervened_greedy  # noqa: E402
-from .masks import attention_mask, causal_mask, padding_mask, to_nn_mask
-from .model import Transformer, build_model
-from .positional import distance_matrix, sinusoidal_table
-from .rnn import RNNConfig, RNNSeq2Seq, build_rnn
-from .runtime import count_parameters, resolve_device, set_seed
-from .shipped import PretrainedError, list_pretrained, pretrained
-from .train import fit  # noqa: E402
+from workbench.inspect import heads  # noqa: F401  (submodules used as wb.heads..., wb.decode..., wb.train...)
+from workbench.inspect.attribution import Attribution, attribute, measure_agreement
+from workbench.inspect.capture import AttentionCache, capture_attention, hooks_remaining
+from workbench.inspect.flow import attention_flow, attention_rollout, decoder_attention_flow, decoder_rollout
+from workbench.inspect.inspection import inspect_translation, to_bertviz
+from workbench.inspect.intervene import ablate_heads, head_means, intervened_greedy
+from workbench.lessons import complexity  # noqa: F401
+from workbench.model.attention import (
+    KVCache,
+    MultiHeadAttention,
+    attention_weights,
+    scaled_dot_product_attention,
+)
+from workbench.model.config import PRESETS, ModelConfig, RunConfig, TrainConfig, preset
+from workbench.model.masks import attention_mask, causal_mask, padding_mask, to_nn_mask
+from workbench.model.positional import distance_matrix, sinusoidal_table
+from workbench.model.rnn import RNNConfig, RNNSeq2Seq, build_rnn
+from workbench.model.transformer import Transformer, build_model
+from workbench.runtime import count_parameters, resolve_device, set_seed
+from workbench.translation import decode, shipped, train  # noqa: F401
+from workbench.translation.checkpoint import load_model
+from workbench.translation.decode import translate
+from workbench.translation.shipped import PretrainedError, list_pretrained, pretrained
+from workbench.translation.train import fit
 
 __version__ = "0.1.0"
 

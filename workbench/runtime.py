@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import ConfigError
+from workbench.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""What the lessons measure: score functions, Table 1, FLOPs, timing and memory probes."""

@@ -1,0 +1,283 @@
+"""Frozen configurations and the paper's presets: the model (:class:`ModelConfig`), the training recipe
+(:class:`TrainConfig`) and a whole training run (:class:`RunConfig`: data, tokenizer, model, recipe).
+
+Variants are made with :func:`dataclasses.replace`; checkpoints store ``dataclasses.asdict(cfg)``.
+``__post_init__`` only validates: it never seeds or touches global state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.errors import ConfigError
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+ACTIVATIONS = ("relu", "gelu")
+
+
+def _check(cond: bool, field: str, value: Any, fix: str) -> None:
+    if not cond:
+        raise ConfigError(f"invalid {field}={value!r}: {fix}")
+
+
+def _is_probability(value: Any) -> bool:
+    """A dropout rate: a number in [0, 1)."""
+    return isinstance(value, (int, float)) and 0.0 <= value < 1.0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and switches of the encoder-decoder Transformer (paper section 3)."""
+
+    d_model: int = 512  # width of every residual stream and embedding (paper: 512)
+    n_heads: int = 8  # attention heads per multi-head block (paper: h = 8)
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network (paper: 2048)
+    n_enc_layers: int = 6  # identical encoder layers (paper: N = 6)
+    n_dec_layers: int = 6  # identical decoder layers (paper: N = 6)
+    d_head: int | None = None  # per-head query/key width d_k (and d_v unless set below); None means d_model // n_heads
+    d_v: int | None = None  # per-head value width d_v (paper Table 3 row B varies d_k alone); None means d_v = d_k
+    dropout: float = 0.1  # P_drop on sub-layer outputs and on embeddings + positions (paper: 0.1)
+    attn_dropout: float = 0.0  # dropout on attention weights (not in the paper; 0 keeps fused kernels exact)
+    max_len: int = 256  # longest sequence the positional table covers (source or target, in tokens)
+    norm_first: bool = False  # False: post-LN, LayerNorm(x + Sublayer(x)) as in the paper; True: pre-LN
+    positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" (paper Table 3 row E)
+    scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (paper section 3.4)
+    tie_output: bool = True  # share the target embedding with the pre-softmax projection (paper 3.4)
+    tie_src_tgt: bool = False  # also share the source embedding (needs one joint vocabulary; the paper presets do)
+    activation: str = "relu"  # feed-forward non-linearity: "relu" (paper) or "gelu"
+    layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value > 0, name, value, "use a positive integer")
+        if self.d_head is None:
+            _check(
+                self.d_model % self.n_heads == 0,
+                "d_model",
+                self.d_model,
+                f"d_model must be divisible by n_heads={self.n_heads} (or set d_head explicitly); "
+                f"try d_model={self.n_heads * max(1, round(self.d_model / self.n_heads))}",
+            )
+        else:
+            _check(isinstance(self.d_head, int) and self.d_head > 0, "d_head", self.d_head, "use a positive integer or None")
+        if self.d_v is not None:
+            _check(isinstance(self.d_v, int) and self.d_v > 0, "d_v", self.d_v, "use a positive integer or None")
+        for name in ("dropout", "attn_dropout"):
+            value = getattr(self, name)
+            _check(_is_probability(value), name, value, "use a probability in [0, 1)")
+        _check(self.positional in POSITIONAL_KINDS, "positional", self.positional, f"choose one of {POSITIONAL_KINDS}")
+        _check(self.activation in ACTIVATIONS, "activation", self.activation, f"choose one of {ACTIVATIONS}")
+        _check(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "use a small positive number such as 1e-5")
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head query/key width d_k (``d_head`` or ``d_model // n_heads``)."""
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def value_dim(self) -> int:
+        """Per-head value width d_v (``d_v``, or d_k when unset)."""
+        return self.d_v if self.d_v is not None else self.head_dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown ModelConfig fields {unknown}: known fields are {sorted(known)}")
+        return cls(**data)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # tests: runs in milliseconds
+    "tiny": ModelConfig(d_model=32, n_heads=4, d_ff=64, n_enc_layers=2, n_dec_layers=2, dropout=0.0, max_len=128),
+    # CPU: trains on Multi30k in tens of minutes on a laptop
+    "small": ModelConfig(d_model=256, n_heads=8, d_ff=1024, n_enc_layers=3, n_dec_layers=3, dropout=0.1, max_len=256),
+    # paper Table 3, "base": N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, eps_ls=0.1; one matrix for
+    # both embeddings and the pre-softmax projection (section 3.4, a joint vocabulary): 63M at 37,000 tokens
+    "base": ModelConfig(d_model=512, n_heads=8, d_ff=2048, n_enc_layers=6, n_dec_layers=6, dropout=0.1, max_len=512,
+                        tie_src_tgt=True),
+    # paper Table 3, "big": N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3; shared embeddings as base: 214M
+    "big": ModelConfig(d_model=1024, n_heads=16, d_ff=4096, n_enc_layers=6, n_dec_layers=6, dropout=0.3, max_len=512,
+                       tie_src_tgt=True),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """Return a preset model config, optionally with fields replaced.
+
+    Args:
+        name: one of ``"tiny"``, ``"small"``, ``"base"``, ``"big"``. The paper's ``base`` and ``big`` share one
+            matrix between both embeddings and the pre-softmax projection (``tie_src_tgt=True``, section 3.4), so
+            they need one joint vocabulary; pass ``tie_src_tgt=False`` for separate source and target vocabularies.
+        **overrides: fields to replace (validated like any config).
+    """
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}: choose one of {sorted(PRESETS)}")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    bad = sorted(set(overrides) - known)
+    if bad:
+        raise ConfigError(f"unknown ModelConfig fields {bad}: known fields are {sorted(known)}")
+    return dataclasses.replace(PRESETS[name], **overrides)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training recipe (paper section 5)."""
+
+    max_tokens: int = 4096  # token budget per batch (source + target tokens, before padding)
+    epochs: int | None = None  # passes over the training data; None: no epoch limit (steps or minutes end the run)
+    max_steps: int | None = None  # optimizer-step budget (the same on every machine); None for no limit
+    max_minutes: float | None = None  # wall-clock budget for training; None for no limit
+    lr_factor: float = 1.0  # multiplies the warm-up schedule d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    warmup_steps: int = 4000  # linear warm-up steps of the schedule (paper: 4000)
+    beta1: float = 0.9  # Adam beta1 (paper: 0.9)
+    beta2: float = 0.98  # Adam beta2 (paper: 0.98)
+    adam_eps: float = 1e-9  # Adam epsilon (paper: 1e-9)
+    weight_decay: float = 0.0  # decoupled weight decay (0 as in the paper)
+    label_smoothing: float = 0.1  # epsilon_ls (paper: 0.1)
+    grad_clip: float | None = 1.0  # max global gradient norm; None disables clipping
+    accum_steps: int = 1  # micro-batches accumulated per optimizer step
+    patience: int | None = None  # early stopping: epochs without val-loss improvement; None disables
+    eval_bleu: bool = True  # compute validation BLEU (greedy) at the end of each epoch
+    bleu_max_sentences: int | None = 500  # val sentences decoded for BLEU per epoch (None: all)
+    seed: int = 0  # seeds parameters, dropout and batch order
+    device: str = "auto"  # "auto" picks CUDA, then MPS, else CPU
+    amp: bool = True  # bf16 autocast on accelerators (never on CPU)
+    compile: bool = False  # torch.compile the model (for GPU runs; slower than eager on the CPU, measured)
+    log_every: int = 50  # optimizer steps between progress-bar updates of the loss
+    checkpoint_every: int | None = None  # also save a checkpoint every N optimizer steps (for averaging)
+    keep_checkpoints: int = 5  # numbered checkpoints kept on disk for averaging (the newest N; the paper averages 5)
+
+    def __post_init__(self) -> None:
+        _check(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
+        _check(self.epochs is None or self.epochs > 0, "epochs", self.epochs,
+               "use a positive number of epochs, or None for no epoch limit")
+        _check(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "use 1 or more, or None for no limit")
+        _check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", self.max_minutes, "use a positive number or None")
+        _check(self.lr_factor > 0, "lr_factor", self.lr_factor, "use a positive factor (the paper uses 1.0)")
+        _check(self.warmup_steps > 0, "warmup_steps", self.warmup_steps, "use a positive number of steps (paper: 4000)")
+        _check(0.0 <= self.beta1 < 1.0, "beta1", self.beta1, "use a value in [0, 1)")
+        _check(0.0 <= self.beta2 < 1.0, "beta2", self.beta2, "use a value in [0, 1)")
+        _check(self.adam_eps > 0, "adam_eps", self.adam_eps, "use a small positive number such as 1e-9")
+        _check(0.0 <= self.label_smoothing < 1.0, "label_smoothing", self.label_smoothing, "use a value in [0, 1)")
+        _check(self.grad_clip is None or self.grad_clip > 0, "grad_clip", self.grad_clip, "use a positive norm or None")
+        _check(self.accum_steps >= 1, "accum_steps", self.accum_steps, "use 1 or more")
+        _check(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
+        _check(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
+        _check(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")
+        _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints,
+               "keep 1 or more numbered checkpoints (5 for the paper's averaging)")
+
+    def check_budget(self) -> None:
+        """Refuse a run that nothing would end. ``TrainConfig()`` itself is a valid recipe (its epochs default to
+        no limit); :func:`~workbench.train.fit` and :class:`RunConfig` call this before any training."""
+        if self.epochs is None and self.max_steps is None and self.max_minutes is None:
+            raise ConfigError("training needs a budget, or nothing would end it: set epochs (--epochs N), max_steps "
+                              "(--max-steps N) or max_minutes (--max-minutes M); the first one reached stops the run")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run of a translator, everything ``workbench train`` takes: data, tokenizer, model and recipe.
+
+    The command's options are made from these fields and :class:`TrainConfig`'s (help text: the comment on each
+    field); :func:`workbench.pipeline.train_translation` takes the dataclass as is. A run needs a budget (see
+    :meth:`TrainConfig.check_budget`): epochs, optimizer steps or minutes.
+    """
+
+    # data
+    src: str = "de"  # source language (Multi30k: en de fr cs)
+    tgt: str = "en"  # target language
+    data_dir: str | None = None  # local Multi30k folder (None: $WORKBENCH_MULTI30K or the download cache)
+    limit: int | None = None  # use only the first N training pairs (None: all)
+    train_src: str | None = None  # your own training source file (one sentence a line), instead of Multi30k
+    train_tgt: str | None = None  # your own training target file, aligned with train_src
+    val_src: str | None = None  # your own validation source file
+    val_tgt: str | None = None  # your own validation target file, aligned with val_src
+    # tokenizer
+    vocab_size: int = 8000  # joint BPE vocabulary size (one vocabulary for source and target)
+    # model
+    arch: str = "transformer"  # architecture, a name of workbench/model/registry.py ("rnn": the GRU baseline)
+    preset: str = "small"  # model size, a name of config.PRESETS (the GRU takes its width, dropout and max_len)
+    dropout: float | None = None  # P_drop instead of the preset's (None: the preset's, 0.1 in the paper's presets)
+    # training
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)  # the training recipe and its budget
+
+    def __post_init__(self) -> None:
+        for name in ("src", "tgt"):
+            value = getattr(self, name)
+            _check(isinstance(value, str) and value != "", name, value, "name a language, such as 'de' or 'en'")
+        _check(self.limit is None or (isinstance(self.limit, int) and self.limit >= 1), "limit", self.limit,
+               "use 1 or more pairs, or None for all")
+        for side in ("train", "val"):
+            src_file, tgt_file = getattr(self, f"{side}_src"), getattr(self, f"{side}_tgt")
+            _check((src_file is None) == (tgt_file is None), f"{side}_src/{side}_tgt", (src_file, tgt_file),
+                   "give both the source and the target file of your own parallel data, or neither")
+        _check(isinstance(self.vocab_size, int) and self.vocab_size > 0, "vocab_size", self.vocab_size,
+               "use a positive vocabulary size such as 8000")
+        _check(self.dropout is None or _is_probability(self.dropout), "dropout", self.dropout,
+               "use a probability in [0, 1), such as 0.1 or 0.3, or None for the preset's")
+        for name, allowed in self.choices().items():
+            _check(getattr(self, name) in allowed, name, getattr(self, name), f"choose one of {allowed}")
+        _check(isinstance(self.train, TrainConfig), "train", type(self.train).__name__, "pass a TrainConfig")
+        self.train.check_budget()
+
+    @staticmethod
+    def choices() -> dict[str, list[str]]:
+        """The allowed values of the fields that have a fixed set: the architectures and the presets."""
+        from workbench.model.registry import architectures
+
+        return {"arch": architectures(), "preset": list(PRESETS)}
+
+    @classmethod
+    def flat_fields(cls) -> list[dataclasses.Field]:
+        """The run's own fields, then :class:`TrainConfig`'s: the one flat namespace of the command line."""
+        return [f for f in dataclasses.fields(cls) if f.name != "train"] + list(dataclasses.fields(TrainConfig))
+
+    @classmethod
+    def from_flat(cls, **values: Any) -> RunConfig:
+        """A run from flat names (the run's fields and :class:`TrainConfig`'s); the ones not given keep their
+        defaults."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"train"}
+        recipe = {f.name for f in dataclasses.fields(TrainConfig)}
+        unknown = sorted(set(values) - own - recipe)
+        if unknown:
+            raise ConfigError(f"unknown run settings {unknown}: known are {sorted(own | recipe)}")
+        train = TrainConfig(**{k: v for k, v in values.items() if k in recipe})
+        return cls(**{k: v for k, v in values.items() if k in own}, train=train)
+
+    def to_flat(self) -> dict[str, Any]:
+        """The inverse of :meth:`from_flat`."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
+        return {**flat, **dataclasses.asdict(self.train)}
+
+
+def field_docs(cls: type) -> dict[str, tuple[str, str]]:
+    """``{field: (section, comment)}`` of a config class, read from its source: the comment at the end of the
+    field's line, and the section (the last comment line standing alone above it, ``""`` if none). Empty when the
+    source cannot be read."""
+    import inspect
+    import re
+
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    docs, section = {}, ""
+    for line in lines:
+        alone = re.match(r"\s+#\s*(.*)$", line)
+        if alone:
+            section = alone.group(1)
+            continue
+        field_line = re.match(r"\s+(\w+)\s*:[^#]*#\s*(.*)$", line)
+        if field_line and field_line.group(1) in names:
+            docs[field_line.group(1)] = (section, field_line.group(2))
+    return docs

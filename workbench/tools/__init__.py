@@ -1,0 +1,1 @@
+"""Tools: the command line, the notebook runner, the book, the benchmark."""

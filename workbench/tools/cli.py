@@ -1,0 +1,478 @@
+"""The ``workbench`` command: train, translate, evaluate, average, notebooks, book, bench, info.
+
+Results go to stdout, progress and logs to stderr. Errors the user can fix print one line on stderr and exit
+with status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+log = logging.getLogger("workbench")
+
+
+def _resolve_checkpoint(path: str) -> Path | str:
+    """A shipped model name as is, else a checkpoint file (a run folder gives its best file)."""
+    from workbench.translation.shipped import is_pretrained_name, resolve_checkpoint
+
+    return path if is_pretrained_name(path) else resolve_checkpoint(path)
+
+
+# -- commands ------------------------------------------------------------------------------------------------------
+def cmd_info(args: argparse.Namespace) -> int:
+    import torch
+
+    from workbench.model.config import preset
+    from workbench.model.transformer import build_model
+    from workbench.runtime import count_parameters, resolve_device
+
+    cfg = preset(args.preset)
+    model = build_model(cfg, args.vocab_size, args.vocab_size)
+    device = resolve_device(args.device)
+    print(f"Transformer preset {args.preset!r} (vocabulary {args.vocab_size} on each side)")
+    for key, value in cfg.to_dict().items():
+        print(f"  {key:16s} {value}")
+    print(f"  {'d_head':16s} {cfg.head_dim}")
+    print(f"  {'d_v':16s} {cfg.value_dim}")
+    print(f"parameters: {count_parameters(model):,}")
+    print(f"device 'auto' resolves to: {device}; torch {torch.__version__}")
+    return 0
+
+
+def _init_distributed() -> bool:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1): NCCL on CUDA, else gloo."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    return True
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from workbench.translation.pipeline import train_translation
+
+    run = run_config_from_args(args)  # validated before any process group is joined
+    distributed = _init_distributed()
+    summary = train_translation(run, out_dir=Path(args.out), resume=args.resume)
+    if distributed:
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        dist.destroy_process_group()
+        if rank != 0:
+            return 0
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from workbench.runtime import resolve_device
+    from workbench.translation.decode import translate
+    from workbench.translation.shipped import default_alpha, load_any
+
+    device = resolve_device(args.device)
+    model, tokenizer, info = load_any(_resolve_checkpoint(args.checkpoint), device=device)
+    alpha = args.alpha if args.alpha is not None else default_alpha(info)
+    sentences = list(args.sentences) or [line.rstrip("\n") for line in sys.stdin]
+    for line in translate(model, tokenizer, sentences, beam=args.beam, alpha=alpha, device=device):
+        print(line)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from workbench.translation.pipeline import evaluate_checkpoint
+
+    result = evaluate_checkpoint(
+        _resolve_checkpoint(args.checkpoint),
+        split=args.split,
+        data_dir=args.data_dir,
+        beam=args.beam,
+        alpha=args.alpha,
+        limit=args.limit,
+        device=args.device,
+    )
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{result['split']}: sacreBLEU {result['bleu']:.2f} on {result['n_sentences']} sentences")
+        print(f"  signature: {result['signature']}")
+        print(f"  tokenized lower-cased BLEU {result['tok_bleu']:.2f} (a different, higher number), chrF {result['chrf']:.2f}")
+        if result.get("hypotheses"):
+            print(f"  hypotheses written to {result['hypotheses']}")
+    return 0
+
+
+def cmd_pretrained(args: argparse.Namespace) -> int:
+    from workbench.translation import shipped
+
+    if args.action == "list":
+        for name in shipped.list_pretrained():
+            card = shipped.read_card(name)
+            b = card["bleu"]["test_2016_flickr"]
+            print(f"{name:14s} {card['parameters']:>11,} parameters  test_2016_flickr sacreBLEU {b['beam4']:.2f} "
+                  f"(beam 4), {b['greedy']:.2f} (greedy)  {card['title']}")
+        return 0
+    if args.action == "verify":
+        for name in args.names or shipped.list_pretrained():
+            shipped.verify_pretrained(name)
+            print(f"{name}: every file matches its SHA-256")
+        return 0
+    if args.action == "rescore":
+        card = shipped.rescore_with_length_penalty(args.name, data_dir=args.data_dir)
+        print(json.dumps({"decoding": card["decoding"], "bleu": card["bleu"]}, indent=2))
+        return 0
+    if args.action == "build":
+        card = shipped.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
+                                     title=args.title, summary=args.summary, commit=args.commit, budget=args.budget,
+                                     threads=args.threads, data_dir=args.data_dir, average=tuple(args.average))
+        print(json.dumps(card["bleu"], indent=2))
+        return 0
+    if args.action == "reproduce":
+        import shlex
+
+        card = shipped.read_card(args.name)
+        out = Path(args.out)
+        threads = card["training"].get("threads")
+        if threads:  # the card's run used this many CPU threads; the same recipe uses the same
+            import torch
+
+            torch.set_num_threads(int(threads))
+        argv = shlex.split(card["reproduce"]["train"])
+        argv = argv[argv.index("train"):]  # drop the program name and environment prefixes
+        if "--out" in argv:
+            argv[argv.index("--out") + 1] = str(out / "run")
+        rc = main(argv)
+        if rc:
+            return rc
+        built = shipped.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
+                                      title=card["title"], summary=card["summary"],
+                                      budget=card["training"].get("budget", ""), data_dir=args.data_dir,
+                                      average=tuple(card.get("average_windows", [5])))
+        print(json.dumps({"yours": built["bleu"], "shipped": card["bleu"]}, indent=2))
+        return 0
+    return 2
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    from workbench.translation.checkpoint import average_last
+
+    out = average_last(Path(args.run_dir), last=args.last, out=Path(args.out) if args.out else None)
+    print(out)
+    return 0
+
+
+def cmd_notebooks(args: argparse.Namespace) -> int:
+    """``run``: one progress bar, then one line per notebook (and its error); ``--verbose`` also shows papermill's
+    records and the kernels' start-up warnings. ``copy``: editable copies of the notebooks in a folder."""
+    from workbench.tools.notebooks import copy_notebooks, notebooks_dir, parse_parameters, run_series
+
+    if args.action == "copy":
+        written = copy_notebooks(args.target, only=args.only or None, force=args.force)
+        for path in written:
+            print(path)
+        print(f"copied {len(written)} files from {notebooks_dir()}; open them with `jupyter lab {args.target}`, "
+              f"run them with `workbench notebooks run --dir {args.target}`")
+        return 0
+
+    quiet = not (args.verbose or args.debug)
+    if quiet:
+        logging.getLogger().setLevel(logging.WARNING)
+        logging.getLogger("papermill").setLevel(logging.ERROR)  # its INFO records and parameter warnings
+        logging.getLogger("workbench.tools.notebooks").setLevel(logging.ERROR)  # failures are in the table below
+    params = parse_parameters(args.param or [])
+    only = args.only or None
+    out = Path(args.out).expanduser().resolve()  # the kernels run elsewhere: resolve where the user stands
+    data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else None
+    results = run_series(out_dir=out, smoke=args.smoke, only=only, parameters=params or None, data_dir=data_dir,
+                         quiet=quiet, directory=args.dir, jobs=args.jobs)
+    failed = [r for r in results if r.get("status") != "ok"]
+    for r in results:
+        print(f"{r['name']:40s} {r.get('status', '?'):6s} {r.get('seconds', 0):7.1f} s")
+        if r.get("error"):
+            print(f"    {r['error'].splitlines()[0][:300]}")
+    print(f"report: {out / 'index.html'}")
+    return 1 if failed else 0
+
+
+def cmd_book(args: argparse.Namespace) -> int:
+    from workbench.tools.book import build_book, serve
+    from workbench.tools.notebooks import parse_parameters
+
+    if args.action == "serve":
+        server = serve(args.dir, port=args.port, bind=args.bind)
+        host, port = server.server_address[:2]
+        print(f"serving {Path(args.dir).resolve()} at http://{host}:{port}/ (Ctrl-C to stop)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return 0
+    result = build_book(out=args.out, smoke=args.smoke, only=args.only or None, from_reports=args.from_reports,
+                        reports=args.reports, parameters=parse_parameters(args.param or []) or None,
+                        threads=args.threads, jobs=args.jobs)
+    for page in result.pages:
+        took = f"{page.seconds:7.1f} s" if page.seconds is not None else "      – "
+        print(f"{page.name:40s} {page.status:6s} {took}")
+    print(f"notebooks {result.run_seconds:.0f} s, sphinx {result.sphinx_seconds:.0f} s, {len(result.warnings)} warnings")
+    print(f"book: {result.index}  (read it offline, or: workbench book serve --dir {args.out})")
+    return 0 if result.ok else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from workbench.tools.benchmark import main as bench_main
+
+    return bench_main(args.suite, quick=args.quick, out_json=args.json or None, device=args.device,
+                      as_json=args.print_json)
+
+
+# -- parser --------------------------------------------------------------------------------------------------------
+# Older spellings of run options, kept because commands in the README and the shipped models' cards use them.
+OPTION_ALIASES = {"warmup_steps": ["--warmup"]}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _optional(kind: type) -> Any:
+    """An argparse type for an ``X | None`` field: ``none`` gives None, anything else ``kind(text)``."""
+    def convert(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    convert.__name__ = f"{kind.__name__} or none"
+    return convert
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """One option per field of :class:`~workbench.config.RunConfig` and of its :class:`~workbench.config.TrainConfig`,
+    grouped as the classes are; help text, type, default and choices all come from the dataclasses."""
+    import types
+    import typing
+
+    from workbench.model.config import RunConfig, TrainConfig, field_docs
+
+    docs = {**field_docs(RunConfig), **{k: ("training", v[1]) for k, v in field_docs(TrainConfig).items()}}
+    hints = {**typing.get_type_hints(RunConfig), **typing.get_type_hints(TrainConfig)}
+    choices = RunConfig.choices()
+    defaults = {f.name: f.default for f in RunConfig.flat_fields()}  # (RunConfig() itself has no budget)
+    groups: dict[str, Any] = {}
+    for f in RunConfig.flat_fields():
+        section, comment = docs.get(f.name, ("", ""))
+        group = groups.setdefault(section, parser.add_argument_group(section) if section else parser)
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        optional = isinstance(hint, types.UnionType) and type(None) in args
+        kind = next(a for a in args if a is not type(None)) if optional else hint
+        kw: dict[str, Any] = {"default": defaults[f.name], "dest": f.name,
+                              "help": comment.replace("%", "%%") + " (default: %(default)s)"}
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = _optional(kind) if optional else kind
+            kw["metavar"] = "NAME" if f.name in choices else f.name.upper()
+        if f.name in choices:
+            kw["choices"] = choices[f.name]
+        group.add_argument(_option(f.name), *OPTION_ALIASES.get(f.name, []), **kw)
+
+
+def run_config_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~workbench.config.RunConfig` that the options of :func:`add_run_options` describe (validated)."""
+    from workbench.model.config import RunConfig
+
+    return RunConfig.from_flat(**{f.name: getattr(args, f.name) for f in RunConfig.flat_fields()})
+
+
+def run_argv(run: Any) -> list[str]:
+    """The options that give ``run`` (a :class:`~workbench.config.RunConfig`) on the command line: the data,
+    tokenizer and model settings that are set, and every field that differs from its default."""
+    import dataclasses
+
+    from workbench.model.config import RunConfig
+
+    own = {f.name for f in dataclasses.fields(RunConfig)} - {"train"}
+    defaults = {f.name: f.default for f in RunConfig.flat_fields()}
+    argv: list[str] = []
+    for name, value in run.to_flat().items():
+        if value == defaults[name] and (name not in own or value is None):
+            continue
+        if isinstance(value, bool):
+            argv.append(_option(name) if value else "--no-" + _option(name)[2:])
+        else:
+            argv += [_option(name), "none" if value is None else str(value)]
+    return argv
+
+
+JOBS_HELP = ("notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or "
+             "$WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
+ALPHA_HELP = "beam search length penalty (default: the one a shipped model's card chose on val, else 0.6)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    from workbench.model.config import PRESETS, RunConfig
+
+    p = sub.add_parser("info", help="build a model from a preset and print its summary")
+    p.add_argument("--preset", default=RunConfig.preset, choices=list(PRESETS))
+    p.add_argument("--vocab-size", type=int, default=RunConfig.vocab_size)
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("train", help="train a translator on Multi30k (or your own parallel text)",
+                       description="Train a translator. The options are the fields of workbench.config.RunConfig "
+                                   "and TrainConfig. Give a budget: --epochs, --max-steps or --max-minutes (the "
+                                   "first one reached stops the run; there is no epoch limit unless --epochs is given).")
+    p.add_argument("--out", required=True, help="run folder for checkpoints, tokenizer and history")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    add_run_options(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("translate", help="translate sentences given as arguments, or one a line on stdin")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
+    p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+    p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
+    p.add_argument("--device", default="auto")
+    p.add_argument("sentences", nargs="*")
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("evaluate", help="sacreBLEU of a checkpoint on a Multi30k split")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
+    p.add_argument("--limit", type=int, default=None, help="evaluate on the first N sentences only")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("average", help="average the last k epoch checkpoints of a run (the paper uses 5)")
+    p.add_argument("run_dir")
+    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--out", default=None, help="output file (default RUN_DIR/averaged.pt)")
+    p.set_defaults(func=cmd_average)
+
+    p = sub.add_parser("notebooks", help="run the notebook series headless, or copy it to edit")
+    nsub = p.add_subparsers(dest="action", metavar="ACTION")
+    r = nsub.add_parser("run", help="execute the notebooks with papermill and write HTML reports")
+    r.add_argument("--smoke", action="store_true", help="tiny sizes (what CI runs)")
+    r.add_argument("--only", action="append", help="run only notebooks whose number or name matches (repeatable)")
+    r.add_argument("--out", default="reports", help="output folder (an index.html is written there)")
+    r.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook (JSON values)")
+    r.add_argument("--data-dir", default=None, help="local Multi30k folder (else $WORKBENCH_MULTI30K or the cache)")
+    r.add_argument("--verbose", action="store_true", help="also show papermill's log and the kernels' warnings")
+    r.add_argument("--dir", default=None, help="run the notebooks of this folder (e.g. your copies) instead of the "
+                                              "package's")
+    r.add_argument("--jobs", type=int, default=None, help=JOBS_HELP)
+    r.set_defaults(func=cmd_notebooks)
+    r = nsub.add_parser("copy", help="copy the notebooks (.ipynb with its paired .py) into a folder to edit them")
+    r.add_argument("target", metavar="DIR", help="the folder to copy into (created if missing)")
+    r.add_argument("--only", action="append", help="copy only notebooks whose number or name matches (repeatable)")
+    r.add_argument("--force", action="store_true", help="overwrite files of the same names in DIR")
+    r.set_defaults(func=cmd_notebooks)
+
+    p = sub.add_parser("book", help="the notebooks as a rendered, offline book (Sphinx + myst-nb)")
+    bsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    b = bsub.add_parser("build", help="execute the notebooks (or reuse executed ones) and build the book")
+    b.add_argument("--smoke", action="store_true", help="run the notebooks with SMOKE=True (tiny sizes, as CI)")
+    b.add_argument("--out", default="book", help="the book's folder (an earlier book there is replaced)")
+    b.add_argument("--from-reports", default=None, metavar="DIR",
+                   help="reuse the executed notebooks of `workbench notebooks run --out DIR` instead of running them")
+    b.add_argument("--reports", default="reports", metavar="DIR", help="where the notebooks are executed")
+    b.add_argument("--only", action="append", help="include only notebooks whose number or name matches (repeatable)")
+    b.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook that has it")
+    b.add_argument("--threads", type=int, default=None, help="torch threads in the notebook kernels")
+    b.add_argument("--jobs", type=int, default=None, help=JOBS_HELP)
+    b.set_defaults(func=cmd_book)
+    b = bsub.add_parser("serve", help="serve a built book over HTTP on this machine")
+    b.add_argument("--dir", default="book", help="the book's folder")
+    b.add_argument("--port", type=int, default=8000)
+    b.add_argument("--bind", default="127.0.0.1", help="address to listen on")
+    b.set_defaults(func=cmd_book)
+
+    p = sub.add_parser("pretrained", help="the trained translators that ship with the workbench")
+    psub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = psub.add_parser("list", help="the shipped models and their test scores")
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("verify", help="check the SHA-256 of every shipped file")
+    q.add_argument("names", nargs="*")
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("reproduce", help="train and build a shipped model again from its card's recipe")
+    q.add_argument("name")
+    q.add_argument("--out", required=True, help="folder for the run and the rebuilt model")
+    q.add_argument("--data-dir", default=None)
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("rescore", help="choose a shipped model's beam-4 length penalty on val, re-score its card")
+    q.add_argument("name")
+    q.add_argument("--data-dir", default=None)
+    q.set_defaults(func=cmd_pretrained)
+    q = psub.add_parser("build", help="turn a training run into a shipped model folder with its card")
+    q.add_argument("run_dir")
+    q.add_argument("--name", required=True)
+    q.add_argument("--out", required=True, help="model folder to write (e.g. workbench/pretrained/NAME)")
+    q.add_argument("--train-command", required=True, help="the exact command that trained the run (for the card)")
+    q.add_argument("--title", required=True)
+    q.add_argument("--summary", default="")
+    q.add_argument("--commit", default="", help="commit of the code that trained the run")
+    q.add_argument("--budget", default="", help="the training budget, in words, for the card")
+    q.add_argument("--threads", type=int, default=None, help="CPU threads the run used")
+    q.add_argument("--average", type=int, nargs="+", default=[5], metavar="K",
+                   help="candidate averages of the last K step snapshots, chosen on val with the last checkpoint "
+                        "(train with --keep-checkpoints at least the largest K)")
+    q.add_argument("--data-dir", default=None)
+    q.set_defaults(func=cmd_pretrained)
+
+    from workbench.tools.benchmark import add_arguments as add_bench_arguments
+
+    p = sub.add_parser("bench", help="benchmarks: print a table and write JSON",
+                       description="Speed and memory benchmarks (attention, train step vs nn.Transformer, capture "
+                                   "overhead, cached decoding, end-to-end tokens/s, SDPA kernels).")
+    add_bench_arguments(p)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if args.command is None else 2
+    try:
+        return int(args.func(args) or 0)
+    except WorkbenchError as exc:
+        if args.debug or os.environ.get("WORKBENCH_DEBUG"):
+            raise
+        print(f"workbench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

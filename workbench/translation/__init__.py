@@ -1,0 +1,1 @@
+"""Translation: Multi30k data, BPE tokenizer, batching, the training recipe, checkpoints, decoding, metrics, shipped models."""

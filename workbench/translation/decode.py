@@ -1,0 +1,268 @@
+"""Decoding: batched greedy search and beam search with the paper's settings, both key/value-cache aware.
+
+Paper section 6.1: beam size 4, length penalty alpha = 0.6, maximum output length = input length + 50,
+stopping early when possible. The length penalty is GNMT's, lp(Y) = ((5 + |Y|) / 6) ** alpha.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from workbench.errors import DecodingError, InputTextError
+
+log = logging.getLogger(__name__)
+
+
+class Seq2Seq(Protocol):
+    """What decoding needs from a model (both :class:`Transformer` and :class:`RNNSeq2Seq` provide it)."""
+
+    pad_id: int
+    cfg: Any
+
+    def src_mask(self, src: Tensor) -> Tensor: ...
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, cache: Any = None) -> Tensor: ...
+    def init_cache(self, memory: Tensor | None = None, src_mask: Tensor | None = None) -> Any: ...
+
+
+def length_penalty(length: Tensor, alpha: float) -> Tensor:
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha."""
+    return ((5.0 + length.float()) / 6.0) ** alpha
+
+
+def _step_limits(model: Seq2Seq, src: Tensor, max_extra: int, max_len: int | None) -> Tensor:
+    """Per-sentence output budget: source length + ``max_extra``, capped by the positional table."""
+    src_len = (src != model.pad_id).sum(-1)  # (B,)
+    limits = src_len + max_extra if max_len is None else torch.full_like(src_len, max_len)
+    cap = model.cfg.max_len - 1  # the bos token takes position 0
+    return limits.clamp(min=1, max=cap)
+
+
+class _Stepper:
+    """Feeds tokens to the decoder, with or without the key/value cache, and returns last-position logits."""
+
+    def __init__(self, model: Seq2Seq, memory: Tensor, src_mask: Tensor, use_cache: bool) -> None:
+        self.model, self.memory, self.src_mask, self.use_cache = model, memory, src_mask, use_cache
+        self.cache = model.init_cache(memory, src_mask) if use_cache else None
+
+    def __call__(self, prefix: Tensor) -> Tensor:
+        """Shapes: prefix (N, t) -> logits of the next token (N, V)."""
+        tgt = prefix[:, -1:] if self.use_cache else prefix
+        return self.model.decode(tgt, self.memory, self.src_mask, self.cache)[:, -1]
+
+    def reorder(self, index: Tensor) -> None:
+        self.memory = self.memory.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Seq2Seq) -> Iterator[None]:
+    """Evaluation mode (no dropout) while decoding; a model that was training is put back into training mode."""
+    was_training = getattr(model, "training", False)
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        yield
+    finally:
+        if isinstance(model, nn.Module) and was_training:
+            model.train()
+
+
+def _check_beam(beam: int, vocab_size: int | None = None) -> None:
+    if not isinstance(beam, int) or beam < 1:
+        raise DecodingError(f"beam size {beam!r} is invalid: use an integer >= 1 (the paper uses 4; 1 is greedy)")
+    if vocab_size is not None and beam > vocab_size:
+        raise DecodingError(f"beam size {beam} is larger than the target vocabulary ({vocab_size} tokens): "
+                            f"use beam <= {vocab_size}")
+
+
+def _check_src(model: Seq2Seq, src: Tensor) -> None:
+    if src.dim() != 2:
+        raise InputTextError(f"src must be a (batch, length) tensor of token ids, got shape {tuple(src.shape)}")
+    if src.shape[1] > model.cfg.max_len:
+        raise InputTextError(
+            f"source of {src.shape[1]} tokens is longer than the model's max_len={model.cfg.max_len}: "
+            "split the sentence or use a model built with a larger max_len"
+        )
+
+
+@torch.no_grad()
+def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3, max_extra: int = 50,
+                  max_len: int | None = None, use_cache: bool = True) -> Tensor:
+    """Pick the most probable token at every step, for a whole batch at once.
+
+    Args:
+        src: source ids, right-padded with ``model.pad_id``.
+        max_extra: output budget beyond the source length (paper: 50).
+        max_len: a fixed output budget instead (tokens, eos included).
+        use_cache: reuse keys/values of earlier steps (same result, faster).
+
+    Shapes:
+        src (B, S) -> (B, T) output ids without bos, eos included, padded with ``model.pad_id`` after eos.
+    """
+    _check_src(model, src)
+    with _eval_mode(model):
+        src_mask = model.src_mask(src)
+        memory = model.encode(src, src_mask)
+        limits = _step_limits(model, src, max_extra, max_len)  # (B,)
+        step = _Stepper(model, memory, src_mask, use_cache)
+        B = src.shape[0]
+        out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        for t in range(int(limits.max())):
+            logits = step(out)  # (B, V)
+            nxt = logits.argmax(-1)
+            nxt = torch.where(t + 1 >= limits, torch.full_like(nxt, eos_id), nxt)  # out of budget: end it
+            nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if bool(done.all()):
+                break
+        return out[:, 1:]
+
+
+@torch.no_grad()
+def beam_search(
+    model: Seq2Seq,
+    src: Tensor,
+    beam: int = 4,
+    alpha: float = 0.6,
+    bos_id: int = 2,
+    eos_id: int = 3,
+    max_extra: int = 50,
+    max_len: int | None = None,
+    use_cache: bool = True,
+    return_scores: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Batched beam search with GNMT length penalty; hypotheses are ranked by log P / lp at the end.
+
+    Finished hypotheses stay in the beam with a frozen score (they only extend with padding). A sentence stops
+    as soon as its best finished hypothesis cannot be overtaken (its normalised score beats every unfinished beam's
+    best possible one), and the search stops when every sentence has stopped or the length budget is spent.
+
+    Shapes:
+        src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
+    """
+    _check_src(model, src)
+    _check_beam(beam, getattr(model, "tgt_vocab_size", None))
+    with _eval_mode(model):
+        B, K, device = src.shape[0], beam, src.device
+        src_mask = model.src_mask(src)
+        memory = model.encode(src, src_mask)
+        limits = _step_limits(model, src, max_extra, max_len).repeat_interleave(K)  # (B*K,)
+        expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
+        step = _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache)
+        seqs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
+        scores = torch.zeros(B, K, device=device)
+        scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at first
+        scores = scores.view(-1)  # (B*K,)
+        lengths = torch.zeros(B * K, dtype=torch.long, device=device)
+        done = torch.zeros(B * K, dtype=torch.bool, device=device)
+        for t in range(int(limits.max())):
+            logp = torch.log_softmax(step(seqs).float(), dim=-1)  # (B*K, V)
+            Vt = logp.shape[-1]
+            over = t + 1 >= limits
+            forced = torch.full_like(logp, float("-inf"))
+            forced[:, eos_id] = 0.0
+            logp = torch.where(over[:, None], forced, logp)  # budget spent: only eos
+            frozen = torch.full_like(logp, float("-inf"))
+            frozen[:, model.pad_id] = 0.0
+            logp = torch.where(done[:, None], frozen, logp)  # finished: extend with padding at no cost
+            cand = (scores[:, None] + logp).view(B, K * Vt)  # (B, K*V)
+            top, idx = cand.topk(K, dim=-1)  # (B, K)
+            origin = (idx // Vt + torch.arange(B, device=device)[:, None] * K).view(-1)  # (B*K,) source beam rows
+            token = (idx % Vt).view(-1)
+            step.reorder(origin)
+            seqs = torch.cat([seqs.index_select(0, origin), token[:, None]], dim=1)
+            was_done = done.index_select(0, origin)
+            lengths = lengths.index_select(0, origin) + (~was_done).long()
+            done = was_done | (token == eos_id)
+            scores = top.view(-1)
+            # early stop per sentence: log-probabilities only fall, so an unfinished beam can at best reach
+            # score / lp(limit); once the best finished hypothesis beats that bound, the sentence is decided
+            finished_best = torch.where(done, scores / length_penalty(lengths, alpha), float("-inf")).view(B, K).max(-1).values
+            bound = torch.where(done, float("-inf"), scores / length_penalty(limits, alpha)).view(B, K).max(-1).values
+            done = done | (finished_best >= bound).repeat_interleave(K)
+            if bool(done.all()):
+                break
+        normalised = (scores / length_penalty(lengths, alpha)).view(B, K)
+        best = normalised.argmax(-1)  # (B,)
+        rows = torch.arange(B, device=device) * K + best
+        result = seqs.index_select(0, rows)[:, 1:]
+        return (result, normalised.gather(1, best[:, None]).squeeze(1)) if return_scores else result
+
+
+def _trim(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
+    out = []
+    for i in ids:
+        if i == eos_id:
+            break
+        if i != pad_id:
+            out.append(int(i))
+    return out
+
+
+@torch.no_grad()
+def translate(
+    model: Seq2Seq,
+    tokenizer: Any,
+    sentences: Sequence[str],
+    beam: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    max_extra: int = 50,
+    device: str | torch.device | None = None,
+    use_cache: bool = True,
+    progress: bool = False,
+) -> list[str]:
+    """Translate sentences (detokenized text in, detokenized text out), in length-sorted batches.
+
+    Empty or whitespace-only sentences translate to ``""`` without running the model. A sentence longer than the
+    model's ``max_len`` (in subword tokens) raises :class:`InputTextError` naming it; characters never seen in
+    training become the unknown token and are translated as such.
+
+    Args:
+        beam: 1 for greedy search, else beam search with length penalty ``alpha``.
+    """
+    if isinstance(sentences, str):
+        raise InputTextError("translate() takes a list of sentences, got one string: wrap it in a list")
+    _check_beam(beam)
+    if device is None:
+        p = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
+        device = p.device if p is not None else torch.device("cpu")
+    results = [""] * len(sentences)
+    todo = [i for i, s in enumerate(sentences) if s is not None and s.strip()]
+    encoded = dict(zip(todo, tokenizer.encode_src([sentences[i] for i in todo]), strict=True))
+    too_long = [(i, len(ids)) for i, ids in encoded.items() if len(ids) > model.cfg.max_len]
+    if too_long:
+        i, n = too_long[0]
+        raise InputTextError(
+            f"sentence {i} is {n} subword tokens long, more than the model's max_len={model.cfg.max_len} "
+            f"({len(too_long)} such sentence(s)): split it into shorter sentences"
+        )
+    order = sorted(todo, key=lambda i: len(encoded[i]))
+    batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="translate", unit="batch", leave=False)
+    for chunk in batches:
+        width = max(len(encoded[i]) for i in chunk)
+        src = torch.full((len(chunk), width), model.pad_id, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            src[row, : len(encoded[i])] = torch.tensor(encoded[i])
+        src = src.to(device)
+        kw = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_extra=max_extra, use_cache=use_cache)
+        out = greedy_decode(model, src, **kw) if beam == 1 else beam_search(model, src, beam=beam, alpha=alpha, **kw)
+        texts = tokenizer.decode_tgt([_trim(row, tokenizer.eos_id, model.pad_id) for row in out.tolist()])
+        for i, text in zip(chunk, texts, strict=True):
+            results[i] = text
+    return results

@@ -1,0 +1,237 @@
+"""The translation pipeline end to end: data -> tokenizer -> model -> fit -> checkpoints -> decoding -> BLEU.
+
+These are the functions behind ``workbench train`` and ``workbench evaluate``; notebooks call them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.errors import ConfigError, DataError
+from workbench.model.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+
+def load_pairs(
+    split: str,
+    src: str,
+    tgt: str,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    src_file: str | Path | None = None,
+    tgt_file: str | Path | None = None,
+) -> list[tuple[str, str]]:
+    """Multi30k pairs, or the user's own aligned files when both are given."""
+    from workbench.translation.data import load_multi30k, load_parallel_text
+
+    if (src_file is None) != (tgt_file is None):
+        raise DataError("give both the source and the target file of your own parallel data, or neither")
+    if src_file is not None:
+        pairs = load_parallel_text(src_file, tgt_file)
+        return pairs[:limit] if limit else pairs
+    return load_multi30k(split, src=src, tgt=tgt, data_dir=data_dir, limit=limit)
+
+
+def build_translator(arch: str, preset_name: str, vocab_size: int, pad_id: int, **overrides: Any) -> torch.nn.Module:
+    """A model of architecture ``arch`` (:mod:`workbench.model.registry`) sized like a preset, over one joint vocabulary:
+    the Transformer preset itself (source and target embeddings shared), or the GRU baseline as wide as it."""
+    from workbench.model.registry import build_from_preset
+
+    return build_from_preset(arch, preset_name, vocab_size, vocab_size, pad_id, **overrides)
+
+
+def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/small", resume: bool = False,
+                      **settings: Any) -> dict[str, Any]:
+    """Train the translator ``run`` describes and write its run folder to ``out_dir``; returns a summary (also saved
+    as ``summary.json``). ``resume=True`` continues the run in ``out_dir`` from its ``last.pt``.
+
+    Instead of ``run``, its settings may be given as keywords (:meth:`RunConfig.from_flat`: the fields of
+    :class:`RunConfig` and :class:`TrainConfig`, and ``preset_name`` for ``preset``), as earlier versions took them.
+    Under ``torchrun`` every rank returns the summary and only rank 0 writes files (checkpoints and the summary).
+    """
+    from workbench.runtime import set_seed
+    from workbench.translation.checkpoint import load_checkpoint
+    from workbench.translation.tokenizer import SubwordTokenizer
+    from workbench.translation.train import fit
+
+    if run is None:
+        if "preset_name" in settings:
+            settings["preset"] = settings.pop("preset_name")
+        run = RunConfig.from_flat(**settings)
+    elif settings:
+        raise ConfigError(f"pass the run as a RunConfig or as keywords, not both (got {sorted(settings)} besides it)")
+    cfg = run.train
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train_pairs = load_pairs("train", run.src, run.tgt, run.data_dir, run.limit, run.train_src, run.train_tgt)
+    val_pairs = load_pairs("val", run.src, run.tgt, run.data_dir, None, run.val_src, run.val_tgt)
+    set_seed(cfg.seed)
+    if resume and (out / "last.pt").exists():
+        ckpt = load_checkpoint(out / "last.pt")
+        tokenizer = SubwordTokenizer.from_json(ckpt["tokenizer"])
+    else:
+        # the tokenizer sees the training split only, never validation or test text
+        tokenizer = SubwordTokenizer.train(train_pairs, vocab_size=run.vocab_size, joint=True)
+    overrides = {} if run.dropout is None else {"dropout": run.dropout}
+    model = build_translator(run.arch, run.preset, tokenizer.src_vocab_size, tokenizer.pad_id, **overrides)
+    start = time.perf_counter()
+    history = fit(model, tokenizer, train_pairs, val_pairs, cfg, out_dir=out, resume=resume,
+                  meta={"src_lang": run.src, "tgt_lang": run.tgt})
+    summary = {
+        "arch": run.arch,
+        "preset": run.preset,
+        "dropout": run.dropout,
+        "src": run.src,
+        "tgt": run.tgt,
+        "train_pairs": len(train_pairs),
+        "vocab_size": tokenizer.src_vocab_size,
+        "train_config": dataclasses.asdict(cfg),
+        "epochs_run": len(history.train_loss),
+        "best_val_loss": min(history.val_loss) if history.val_loss else None,
+        "last_val_bleu": history.val_bleu[-1] if history.val_bleu else None,
+        "seconds": round(time.perf_counter() - start, 1),
+        "stopped_reason": history.stopped_reason,
+        "out_dir": str(out),
+    }
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    split: str = "test_2016_flickr",
+    data_dir: str | Path | None = None,
+    beam: int = 4,
+    alpha: float | None = None,
+    limit: int | None = None,
+    device: str = "auto",
+    src: str | None = None,
+    tgt: str | None = None,
+    write_hypotheses: bool = True,
+) -> dict[str, Any]:
+    """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split.
+
+    ``alpha``: beam search's length penalty; None takes a shipped model's card's (chosen on val), else 0.6.
+    """
+    from workbench.runtime import resolve_device
+    from workbench.translation.decode import translate
+    from workbench.translation.metrics import chrf, corpus_bleu, tokenized_bleu
+    from workbench.translation.shipped import default_alpha, is_pretrained_name, load_any
+
+    dev = resolve_device(device)
+    model, tokenizer, ckpt = load_any(checkpoint, device=dev)
+    alpha = default_alpha(ckpt) if alpha is None else alpha
+    meta = ckpt.get("extra") or {}
+    src = src or meta.get("src_lang", "de")
+    tgt = tgt or meta.get("tgt_lang", "en")
+    pairs = load_pairs(split, src, tgt, data_dir, limit)
+    sources, refs = [p[0] for p in pairs], [p[1] for p in pairs]
+    start = time.perf_counter()
+    hyps = translate(model, tokenizer, sources, beam=beam, alpha=alpha, device=dev, progress=True)
+    seconds = time.perf_counter() - start
+    bleu = corpus_bleu(hyps, refs)
+    result = {
+        "split": split,
+        "src": src,
+        "tgt": tgt,
+        "beam": beam,
+        "alpha": alpha if beam > 1 else None,
+        "n_sentences": len(pairs),
+        "bleu": round(bleu.score, 2),
+        "signature": bleu.signature,
+        "tok_bleu": round(tokenized_bleu(hyps, refs).score, 2),
+        "chrf": round(chrf(hyps, refs).score, 2),
+        "decode_seconds": round(seconds, 1),
+        "checkpoint": str(checkpoint),
+    }
+    if write_hypotheses and not is_pretrained_name(str(checkpoint)):
+        path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}.beam{beam}.{tgt}.txt")
+        path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        result["hypotheses"] = str(path)
+    return result
+
+
+# the modules whose code decides what a trained model is: a change to any of them invalidates cached models
+TRAINING_CODE = ("model.attention", "translation.batching", "model.config", "translation.data", "translation.kernels",
+                 "model.masks", "model.transformer", "translation.pipeline", "model.positional", "model.registry",
+                 "model.rnn", "runtime", "translation.tokenizer", "translation.train")
+
+
+def training_code_fingerprint() -> str:
+    """SHA-256 (first 16 hex digits) of the source files of :data:`TRAINING_CODE`, read now from disk."""
+    import hashlib
+    import importlib
+
+    digest = hashlib.sha256()
+    for name in TRAINING_CODE:
+        module = importlib.import_module(f"workbench.{name}")
+        digest.update(name.encode() + b"\0" + Path(module.__file__).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _package_version() -> str:
+    from workbench import __version__
+
+    return __version__
+
+
+def get_translator(
+    cache_dir: str | Path | None = None,
+    preset_name: str = RunConfig.preset,
+    src: str = RunConfig.src,
+    tgt: str = RunConfig.tgt,
+    minutes: float | None = 5.0,
+    limit: int | None = None,
+    vocab_size: int = RunConfig.vocab_size,
+    arch: str = RunConfig.arch,
+    seed: int = 0,
+    checkpoint: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    max_steps: int | None = None,
+    **train_overrides: Any,
+) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """A trained translator for the notebooks: from ``checkpoint`` if given, else from a cache folder, else
+    trained now (and cached). Returns (model in eval mode, tokenizer, checkpoint dict).
+
+    The budget is ``max_steps`` optimizer steps (the same model on every machine) and/or ``minutes`` of wall-clock
+    time; give at least one (there is no epoch limit). ``train_overrides`` are :class:`TrainConfig` fields. The
+    cache folder is keyed by the settings, the package version and a hash of the training code
+    (:func:`training_code_fingerprint`), so a model trained by older code is never reused.
+    """
+    import hashlib
+
+    from platformdirs import user_cache_dir
+
+    from workbench.translation.checkpoint import load_model
+
+    if checkpoint:
+        return load_model(checkpoint)
+    if minutes is None and max_steps is None:
+        raise ConfigError("get_translator needs a budget: pass max_steps (optimizer steps) or minutes, or both")
+    run_cfg = RunConfig.from_flat(preset=preset_name, src=src, tgt=tgt, limit=limit, vocab_size=vocab_size, arch=arch,
+                                  data_dir=data_dir, epochs=None, max_minutes=minutes, max_steps=max_steps, seed=seed,
+                                  **train_overrides)
+    settings = dict(preset=preset_name, src=src, tgt=tgt, minutes=minutes, max_steps=max_steps, limit=limit,
+                    vocab=vocab_size, arch=arch, seed=seed, **train_overrides)
+    identity = dict(settings, version=_package_version(), code=training_code_fingerprint())
+    key = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    root = Path(cache_dir) if cache_dir else Path(os.environ.get("WORKBENCH_CACHE", user_cache_dir("attention-workbench")))
+    run = root / "models" / f"{arch}-{preset_name}-{src}{tgt}-{key}"
+    if not (run / "last.pt").exists():
+        log.info("training %s into %s (budget: %s steps, %s minutes)", arch, run, max_steps, minutes)
+        train_translation(run=run_cfg, out_dir=run)
+    model, tokenizer, state = load_model(run / "last.pt")
+    state["run_dir"] = str(run)
+    return model, tokenizer, state

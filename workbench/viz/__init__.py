@@ -1,0 +1,1 @@
+"""Presentation: plotly figures and ipywidgets inspectors."""
