@@ -57,3 +57,7 @@ class AttributionError(WorkbenchError, ValueError):
 
 class BookError(WorkbenchError, RuntimeError):
     """The offline book cannot be built or served (no executed notebooks, Sphinx missing or failing...)."""
+
+
+class PatchingError(InterventionError):
+    """Activation patching that cannot be done as asked: unknown site, unequal lengths, a cache from another model."""

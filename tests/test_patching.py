@@ -1,0 +1,208 @@
+"""Activation patching: own cache is a no-op, all sites reproduce the donor run, KV-cache patching equals full
+recomputation, single sites move the output, hooks always go, bad input is refused with a useful message."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench import build_model, preset
+from workbench.errors import PatchingError
+from workbench.inspect.patching import (
+    Site,
+    cache_activations,
+    patch,
+    patched_greedy,
+    positions_differing,
+    site_names,
+)
+
+
+def all_hooks(model) -> int:
+    """Forward hooks and pre-hooks on every module (hook points and the embeddings alike)."""
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    model = build_model(preset("tiny", d_model=48, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
+    clean = torch.randint(4, 40, (1, 7))
+    corrupt = clean.clone()
+    corrupt[0, 2] = (clean[0, 2] + 5) % 36 + 4  # a one-token edit: a minimal pair
+    tgt = torch.randint(4, 40, (1, 6))
+    tgt[0, 0] = 2
+    return model, clean, corrupt, tgt
+
+
+def test_site_names_cover_every_family(setup):
+    model = setup[0]
+    names = site_names(model)
+    assert len(names) == 2 + 2 * 2 + 3 * 5
+    for expected in ("enc.embed", "enc.1.resid", "enc.0.self.z", "dec.embed", "dec.2.self.z", "dec.0.cross.k",
+                     "dec.0.cross.v", "dec.1.cross.z", "dec.2.resid"):
+        assert expected in names
+
+
+def test_cache_shapes(setup):
+    model, clean, _, tgt = setup
+    cache = cache_activations(model, clean, tgt)
+    assert list(cache) == site_names(model)
+    assert cache["enc.1.resid"].shape == (1, 7, 48)
+    assert cache["enc.0.self.z"].shape == (1, 4, 7, 12)
+    assert cache["dec.0.cross.k"].shape == (1, 4, 7, 12)
+    assert cache["dec.1.cross.z"].shape == (1, 4, 6, 12)
+    assert cache["dec.2.resid"].shape == (1, 6, 48)
+    assert torch.equal(cache.logits, model(clean, tgt))
+
+
+def test_own_cache_is_bit_identical(setup):
+    model, clean, _, tgt = setup
+    plain = model(clean, tgt)
+    cache = cache_activations(model, clean, tgt)
+    with patch(model, cache, site_names(model)):
+        patched = model(clean, tgt)
+    assert torch.equal(plain, patched)
+
+
+def test_all_sites_from_corrupted_reproduce_corrupted_logits(setup):
+    model, clean, corrupt, tgt = setup
+    corrupted = cache_activations(model, corrupt, tgt)
+    assert not torch.allclose(model(clean, tgt), corrupted.logits)  # the edit matters, so the check can fail
+    with patch(model, corrupted, site_names(model)):
+        assert torch.equal(model(clean, tgt), corrupted.logits)
+
+
+@pytest.mark.parametrize("site", ["enc.embed", "enc.0.resid", "enc.1.self.z", "dec.0.cross.k", "dec.2.cross.v"])
+def test_one_source_site_at_every_position_reproduces_the_part_of_the_run_it_feeds(setup, site):
+    model, clean, corrupt, tgt = setup
+    corrupted = cache_activations(model, corrupt, tgt)
+    with patch(model, corrupted, [site]):
+        patched = cache_activations(model, clean, tgt)
+    assert torch.equal(patched[site], corrupted[site])
+    # last decoder layer's cross-attention reads only the memory: patching both its K and V gives the donor's z
+    with patch(model, corrupted, ["dec.2.cross.k", "dec.2.cross.v", "dec.1.resid"]):
+        assert torch.equal(cache_activations(model, clean, tgt)["dec.2.cross.z"], corrupted["dec.2.cross.z"])
+
+
+def test_position_and_head_selection_touch_only_what_they_name(setup):
+    model, clean, corrupt, tgt = setup
+    clean_cache = cache_activations(model, clean, tgt)
+    corrupted = cache_activations(model, corrupt, tgt)
+    with patch(model, corrupted, [Site("enc.1.self.z", pos=2, head=1)]):
+        run = cache_activations(model, clean, tgt)
+    z = run["enc.1.self.z"]
+    assert torch.equal(z[:, 1, 2], corrupted["enc.1.self.z"][:, 1, 2])
+    keep = torch.ones_like(z, dtype=torch.bool)
+    keep[:, 1, 2] = False
+    assert torch.equal(z[keep], clean_cache["enc.1.self.z"][keep])
+    assert not torch.equal(z, clean_cache["enc.1.self.z"])
+
+
+def test_patching_the_edited_position_in_the_embedding_restores_the_run(setup):
+    model, clean, corrupt, tgt = setup
+    edit = positions_differing(clean[0].tolist(), corrupt[0].tolist())
+    assert edit == [2]
+    clean_cache = cache_activations(model, clean, tgt)
+    with patch(model, clean_cache, [Site("enc.embed", pos=edit[0])]):
+        restored = model(corrupt, tgt)
+    # the embedding differs only at the edit (positions are added per position), so this is the clean run
+    assert torch.equal(restored, clean_cache.logits)
+    with patch(model, clean_cache, [Site("enc.embed", pos=0)]):  # an unedited position changes nothing
+        assert torch.equal(model(corrupt, tgt), model(corrupt, tgt))
+        assert not torch.allclose(model(corrupt, tgt), clean_cache.logits)
+
+
+def _step_logits(model, src, tokens, use_cache):
+    """Last-position logits of every decoding step over a fixed token sequence, with or without the KV cache."""
+    src_mask = model.src_mask(src)
+    memory = model.encode(src, src_mask)
+    cache = model.init_cache(memory, src_mask) if use_cache else None
+    out = []
+    for t in range(tokens.shape[1]):
+        feed = tokens[:, t:t + 1] if use_cache else tokens[:, :t + 1]
+        out.append(model.decode(feed, memory, src_mask, cache)[:, -1])
+    return torch.stack(out, 1)  # (B, T, V)
+
+
+@pytest.mark.parametrize("sites", [
+    ["dec.1.resid"],
+    [Site("dec.1.self.z", pos=(1, 3), head=2)],  # layer 0 sees only the shared target: layer 1
+    ["dec.embed", Site("dec.2.cross.z", pos=4)],
+    [Site("enc.0.resid", pos=2), Site("dec.1.cross.k", pos=(0, 2)), "dec.1.cross.v"],
+])
+def test_kv_cache_patching_equals_full_recomputation(setup, sites):
+    model, clean, corrupt, tgt = setup
+    clean_cache = cache_activations(model, clean, tgt)
+    with torch.no_grad(), patch(model, clean_cache, sites):
+        stepped = _step_logits(model, corrupt, tgt, use_cache=True)
+        full = _step_logits(model, corrupt, tgt, use_cache=False)
+        teacher = model(corrupt, tgt)
+    plain = model(corrupt, tgt)
+    assert not torch.allclose(teacher, plain, atol=1e-4)  # the patch does something
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(stepped, teacher, atol=1e-5, rtol=1e-5)
+
+
+def test_patched_greedy_with_and_without_cache(setup):
+    model, clean, corrupt, tgt = setup
+    clean_cache = cache_activations(model, clean, tgt)
+    sites = ["dec.0.resid", Site("enc.1.resid", pos=2)]
+    fast = patched_greedy(model, corrupt, clean_cache, sites, use_cache=True, max_extra=5)
+    slow = patched_greedy(model, corrupt, clean_cache, sites, use_cache=False, max_extra=5)
+    assert torch.equal(fast, slow)
+    assert all_hooks(model) == 0
+
+
+def test_no_hook_remains_after_the_block_or_an_exception(setup):
+    model, clean, corrupt, tgt = setup
+    assert all_hooks(model) == 0
+    cache = cache_activations(model, clean, tgt)
+    assert all_hooks(model) == 0
+    with patch(model, cache, site_names(model)):
+        assert all_hooks(model) > len(site_names(model)) - 1
+        model(corrupt, tgt)
+    assert all_hooks(model) == 0
+    with pytest.raises(RuntimeError, match="boom"), patch(model, cache, ["enc.0.resid", "dec.1.resid"]):
+        raise RuntimeError("boom")
+    assert all_hooks(model) == 0
+    longer = torch.randint(4, 40, (1, 9))
+    with pytest.raises(PatchingError, match="equal token length"), patch(model, cache, ["enc.0.resid"]):
+        model(longer, tgt)  # the error is raised inside the forward pass, by the hook
+    assert all_hooks(model) == 0
+
+
+def test_unknown_site_lists_the_valid_ones(setup):
+    model, clean, _, tgt = setup
+    cache = cache_activations(model, clean, tgt)
+    with pytest.raises(PatchingError, match=r"enc\.embed.*dec\.2\.resid"), patch(model, cache, ["enc.9.resid"]):
+        pass
+    with pytest.raises(PatchingError, match="unknown site 'enc.resid'"):
+        cache_activations(model, clean, tgt, sites=["enc.resid"])
+    with pytest.raises(PatchingError, match="no heads"):
+        Site("enc.0.resid", head=1)
+    with pytest.raises(PatchingError, match="position 7 out of range"), patch(model, cache, [("enc.0.resid", 7)]):
+        pass
+    assert all_hooks(model) == 0
+
+
+def test_unequal_pair_lengths_are_refused():
+    with pytest.raises(PatchingError, match="7 and 8 tokens"):
+        positions_differing(list(range(7)), list(range(8)))
+
+
+def test_cache_from_another_model_is_refused(setup):
+    model, clean, _, tgt = setup
+    other = build_model(preset("tiny", d_model=32, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
+    cache = cache_activations(other, clean, tgt)
+    with pytest.raises(PatchingError, match="another model"), patch(model, cache, ["enc.0.resid"]):
+        pass
+    assert all_hooks(model) == 0
+
+
+def test_rnn_is_refused_with_a_reason():
+    from workbench import RNNConfig, build_rnn
+
+    rnn = build_rnn(RNNConfig(), 40, 40)
+    with pytest.raises(PatchingError, match="not a workbench encoder-decoder Transformer"):
+        site_names(rnn)
