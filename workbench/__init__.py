@@ -12,6 +12,7 @@ from workbench.errors import (
     InputTextError,
     InterventionError,
     NotebookParameterError,
+    PatchingError,
     TrainingError,
     WorkbenchError,
 )
@@ -21,6 +22,23 @@ from workbench.inspect.capture import AttentionCache, capture_attention, hooks_r
 from workbench.inspect.flow import attention_flow, attention_rollout, decoder_attention_flow, decoder_rollout
 from workbench.inspect.inspection import inspect_translation, to_bertviz
 from workbench.inspect.intervene import ablate_heads, head_means, intervened_greedy
+from workbench.inspect.patching import (
+    ActivationCache,
+    Site,
+    cache_activations,
+    patch,
+    patched_greedy,
+    site_names,
+)
+from workbench.inspect.patching_sweeps import (
+    GaussianNoise,
+    LogitDiff,
+    PatchingResult,
+    path_patching,
+    prepare_pair,
+    sweep_heads,
+    sweep_positions,
+)
 from workbench.lessons import complexity  # noqa: F401
 from workbench.model.attention import (
     KVCache,
@@ -51,6 +69,7 @@ __all__ = [
     "attention_rollout",
     "attention_flow",
     "ablate_heads",
+    "ActivationCache",
     "AttentionCache",
     "Attribution",
     "AttributionError",
@@ -65,7 +84,11 @@ __all__ = [
     "ModelConfig",
     "MultiHeadAttention",
     "NotebookParameterError",
+    "GaussianNoise",
+    "LogitDiff",
     "PRESETS",
+    "PatchingError",
+    "PatchingResult",
     "PretrainedError",
     "RNNConfig",
     "RNNSeq2Seq",
@@ -94,6 +117,15 @@ __all__ = [
     "intervened_greedy",
     "measure_agreement",
     "padding_mask",
+    "patch",
+    "patched_greedy",
+    "path_patching",
+    "prepare_pair",
+    "Site",
+    "site_names",
+    "sweep_heads",
+    "sweep_positions",
+    "cache_activations",
     "preset",
     "pretrained",
     "resolve_device",
