@@ -27,11 +27,9 @@ stderr. A full run is long on a CPU (about 4 s per sentence on one core at 32 st
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -119,7 +117,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         summarise_agreement,
     )
     from workbench.runtime import resolve_device
-    from workbench.tools.benchmark import _cpu_model, git_state
+    from workbench.tools.provenance import provenance
     from workbench.translation.data import load_multi30k
     from workbench.translation.shipped import load_any
 
@@ -137,7 +135,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     t_prob = ibm1(load_multi30k("train", "de", "en", limit=args.align_pairs), iterations=5)
     align_s = time.perf_counter() - t0
-    code = git_state(ROOT)  # the code this run measures: read before the long run, not when it ends
+    # the code this run measures: read before the long run, not when it ends
+    record = provenance([Path(sys.executable).name, *sys.argv], cwd=ROOT, device=device)
     t0 = time.perf_counter()
     rows = measure_agreement(model, tok, [s for s, _ in pairs], t_prob, methods=METHODS, n_steps=args.steps,
                              progress=True, baselines=True, per_head=True, seed=args.seed)
@@ -153,11 +152,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.checkpoint, "model_card_bleu": info.get("card", {}).get("bleu", {}).get(SPLIT),
         "model_sha256": info.get("card", {}).get("sha256", {}).get("model.safetensors"),  # which weights were measured
         "sentences": len(pairs), "split": SPLIT, "ig_steps": args.steps, "align_pairs": args.align_pairs,
-        "seed": args.seed, "machine": platform.processor() or platform.machine(), "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "python": platform.python_version(),
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        **code, "command": [Path(sys.executable).name, *sys.argv],
-        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "seed": args.seed, **record,
         "seconds": {"total": round(time.perf_counter() - started, 1), "ibm1": round(align_s, 1),
                     "agreement": round(measure_s, 1), "ablation": round(ablation_s, 1)},
         "agreement": summarise_agreement(rows),

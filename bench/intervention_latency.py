@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ import torch
 
 from workbench import build_model, preset
 from workbench.inspect.intervene import intervened_greedy
+from workbench.tools.provenance import provenance
 from workbench.translation.data import load_multi30k
 from workbench.translation.shipped import load_any
 from workbench.translation.tokenizer import SubwordTokenizer
@@ -48,6 +48,7 @@ def main() -> int:
     ap.add_argument("--toggles", type=int, default=12, help="heads switched off and on again, one at a time")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    record = provenance()
     val = load_multi30k("val", "de", "en")
     if args.checkpoint != "random":
         model, tok, _ = load_any(args.checkpoint)
@@ -92,8 +93,7 @@ def main() -> int:
         "what": "HeadInterventionInspector toggle-to-figure time (server side)",
         "model": args.checkpoint if args.checkpoint != "random" else "small preset, random init (seed 0)",
         "source_tokens": len(insp.original.src_ids), "original_output_tokens": len(insp.original.out_ids),
-        "max_extra": args.max_extra, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-        "load_average_1_5_15": os.getloadavg(), "platform": platform.platform(), "torch": torch.__version__,
+        "max_extra": args.max_extra, **record, "load_average_1_5_15": os.getloadavg(),
         "median": med, "max_wall_ms": max(r["wall_ms"] for r in runs),
         "median_when_translation_changed": {k: statistics.median(r[k] for r in changed) for k in ("wall_ms", "cpu_ms")}
         if changed else None, "n_changed": len(changed),

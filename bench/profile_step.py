@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import workbench as wb
-from workbench.tools.benchmark import _batch, _cpu_model, git_state, train_step_pair
+from workbench.tools.bench_suites import random_batch, train_step_pair
+from workbench.tools.provenance import provenance
 
 GROUPS = {  # op name prefix -> group
     "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::addmm_"),
@@ -42,9 +42,10 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
+    record = provenance(["python", *sys.argv])  # the code that runs, read before the work
     torch.manual_seed(0)
     device = torch.device("cpu")
-    src, tgt = _batch(8000, 64, 20, 21, device)
+    src, tgt = random_batch(8000, 64, 20, 21, device)
     _, _, fns = train_step_pair(wb.preset(args.preset), 8000, src, tgt, device)
     step = fns[args.side]
     for _ in range(3):
@@ -69,9 +70,7 @@ def main() -> None:
     for g, ms in groups.items():
         print(f"  {g:<20} {ms:8.1f} ms {ms / total_ms:6.1%}")
     if args.json:
-        report = {"command": ["python", *sys.argv], "device": "cpu", "machine": platform.machine(), "cpu_model": _cpu_model(),
-                  "threads": torch.get_num_threads(), "torch": torch.__version__, **git_state(),
-                  "preset": args.preset, "side": args.side, "steps": args.steps, "ms_per_step": total_ms,
+        report = {**record, "preset": args.preset, "side": args.side, "steps": args.steps, "ms_per_step": total_ms,
                   "groups_ms_per_step": groups, "ops": ops}
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -2,7 +2,7 @@
 
     python bench/time_book.py [--smoke] [--jobs N] [--threads N] [--json FILE]
 
-Runs ``workbench book build`` (the same :func:`workbench.book.build_book` the command calls) with an empty model
+Runs ``workbench book build`` (the same :func:`workbench.tools.book.build_book` the command calls) with an empty model
 cache (``WORKBENCH_CACHE`` set to a new temporary folder, so the one notebook that caches a trained model trains it
 again) into temporary folders, and prints the wall time of the whole build, of the notebooks and of Sphinx, and each
 notebook's own seconds. ``--json`` also writes them with the machine, torch version, commit and every notebook's
@@ -15,17 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from workbench.tools.benchmark import _cpu_model, git_state
 from workbench.tools.book import build_book
-from workbench.tools.notebooks import default_jobs, kernel_threads
+from workbench.tools.notebook_runner import default_jobs, kernel_threads
+from workbench.tools.provenance import provenance
 
 
 def _per_kernel(threads: int | None, inherited: dict[str, str]) -> str:
@@ -50,7 +47,8 @@ def main() -> None:
     jobs = default_jobs() if args.jobs is None else args.jobs
     threads = kernel_threads(jobs, args.threads)
     inherited = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
-    git = git_state()  # the code that runs, read before the build (a commit made meanwhile is not this run's)
+    # the code that runs, read before the build (a commit made meanwhile is not this run's)
+    record = provenance(["python", "bench/time_book.py", *sys.argv[1:]])
     with tempfile.TemporaryDirectory(prefix="workbench-time-book-") as tmp:
         os.environ["WORKBENCH_CACHE"] = str(Path(tmp) / "cache")  # cold: nothing trained before
         where = Path(args.keep).resolve() if args.keep else Path(tmp)
@@ -65,19 +63,16 @@ def main() -> None:
           f"sphinx {result.sphinx_seconds:.0f} s; {jobs} notebook(s) at a time, {_per_kernel(threads, inherited)}; "
           f"sum of the notebooks' own times {sum(p['seconds'] or 0 for p in pages):.0f} s")
     if args.json:
-        record = {
-            "command": "python bench/time_book.py " + " ".join(sys.argv[1:]),
+        report = {
+            **record,
             "smoke": args.smoke, "jobs": jobs, "threads": args.threads, "kernel_threads": threads,
             "inherited_thread_env": inherited, "wall_seconds": round(wall, 1),
             "notebook_seconds": round(result.run_seconds, 1), "sphinx_seconds": round(result.sphinx_seconds, 1),
             "pages": pages, "ok": result.ok,
             "metrics": {p.name: p.metrics for p in result.pages},
-            "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
-                        "python": platform.python_version(), "torch": torch.__version__},
-            "git": git,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     sys.exit(0 if result.ok else 1)
 
 

@@ -6,17 +6,16 @@ For comparing recipes (dropout, vocabulary size, epochs) before one of them is b
 rule is to choose on val and to decode test once, for the model that ships. The candidates are the same as the
 build's (the last checkpoint and the average of the last k step snapshots for each k), each rounded to float16 as
 shipped and decoded greedily on the whole of Multi30k val; the best one then gets the beam-4 length-penalty
-sweep on val (``workbench.shipped.choose_weights_on_val`` and ``choose_length_penalty``). Writes one JSON document (machine, torch version, git
-commit, command line, run summary, every score) and prints it. Test is never read.
+sweep on val (``workbench.tools.release.choose_weights_on_val`` and ``choose_length_penalty``). Writes one JSON
+document (the provenance record of :mod:`workbench.tools.provenance`, the run summary, every score) and prints it.
+Test is never read.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
-import platform
 import sys
 import time
 from pathlib import Path
@@ -37,14 +36,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from workbench.tools.benchmark import _cpu_model, git_state
+    from workbench.tools.provenance import provenance
+    from workbench.tools.release import choose_length_penalty, choose_weights_on_val, half_roundtrip
     from workbench.translation.checkpoint import load_model
     from workbench.translation.data import load_multi30k
-    from workbench.translation.shipped import choose_length_penalty, choose_weights_on_val, half_roundtrip
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    code = git_state(ROOT)
+    record = provenance([Path(sys.executable).name, *sys.argv], cwd=ROOT)  # read before the long run
     started = time.perf_counter()
     run = args.run_dir
     if not (run / "last.pt").exists():
@@ -58,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     history = json.loads((run / "history.json").read_text()) if (run / "history.json").exists() else {}
     report = {
+        **record,
         "what": "a training run judged on Multi30k val only (the choices of `workbench pretrained build`; test unread)",
         "run": str(run), "steps": state0.get("step"), "epochs": summary.get("epochs_run"),
         "stopped_reason": summary.get("stopped_reason"),
@@ -67,10 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_s_per_epoch": history.get("tokens_per_s"),
         "val_greedy_bleu": greedy, "chosen": chosen, "val_beam4_bleu_by_alpha": by_alpha, "alpha": alpha,
         "val_beam4_bleu": by_alpha[f"{alpha:g}"],
-        "machine": platform.machine(), "cpu_model": _cpu_model(), "threads": torch.get_num_threads(),
-        "python": platform.python_version(), "torch": torch.__version__, **code,
-        "command": [Path(sys.executable).name, *sys.argv],
-        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
     }
     text = json.dumps(report, indent=1, default=float)

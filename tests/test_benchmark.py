@@ -15,8 +15,9 @@ import torch
 
 import workbench as wb
 from workbench.inspect.capture import HookPoint, hooks_remaining
-from workbench.tools import benchmark
-from workbench.tools.benchmark import NNTransformer, dropout_sites, race, sdpa_kernels, without_hook_points
+from workbench.tools import benchmark, provenance
+from workbench.tools.bench_suites import race, random_batch, sdpa_kernels
+from workbench.tools.rivals import NNTransformer, dropout_sites, without_hook_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def test_reference_dispatches_our_attention_kernel_and_dropout_calls():
     """Profiled on tiny with dropout on: the same fused SDPA kernels and the same number of dropout draws."""
     torch.manual_seed(0)
     cfg = wb.preset("tiny", dropout=0.1)
-    src, tgt = benchmark._batch(300, 8, 9, 8, torch.device("cpu"))
+    src, tgt = random_batch(300, 8, 9, 8, torch.device("cpu"))
     ours = sdpa_kernels(wb.build_model(cfg, 300, 300), src, tgt, True, torch.device("cpu"))
     ref = sdpa_kernels(NNTransformer(cfg, 300), src, tgt, True, torch.device("cpu"))
     # counted by nn.Dropout module calls, not aten::dropout: ours draw CPU masks without that op (kernels.py); the
@@ -70,7 +71,7 @@ def test_without_hook_points_is_the_same_model_minus_the_taps(norm_first):
     assert any(isinstance(m, HookPoint) for m in model.modules())
     assert not any(isinstance(m, HookPoint) for m in bare.modules())
     assert bare.state_dict().keys() == model.state_dict().keys()
-    src, tgt = benchmark._batch(300, 8, 9, 8, torch.device("cpu"))
+    src, tgt = random_batch(300, 8, 9, 8, torch.device("cpu"))
     model.eval()
     bare.eval()
     with torch.no_grad():
@@ -99,7 +100,7 @@ def test_report_says_where_it_comes_from(tmp_path):
     assert report["torch"] == torch.__version__ and report["threads"] == torch.get_num_threads()
     assert report["started_utc"] <= report["finished_utc"] and report["suites"] == ["sdpa"]
     assert set(report["sdpa"]) == {"train", "eval", "nn.Transformer_train", "suite_seconds"}
-    assert benchmark.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a checkout
+    assert provenance.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a checkout
 
 
 # -- bench/translate_multi30k.py: the README's recipe, validation first, test once --------------------------------
@@ -135,27 +136,43 @@ def test_translate_benchmark_trains_with_the_readme_recipe():
     # the README's own benchmark command changes nothing but where results go
     invoked = vars(script.build_parser().parse_args(_readme_command("python bench/translate_multi30k.py")[2:]))
     defaults = vars(script.build_parser().parse_args([]))
-    assert {k: v for k, v in invoked.items() if v != defaults[k]}.keys() <= {"out", "json", "full"}
+    assert {k: v for k, v in invoked.items() if v != defaults[k]}.keys() <= {"out", "json"}
 
 
-@pytest.mark.parametrize("best", ["last", "averaged"])
-def test_translate_benchmark_chooses_weights_on_val_and_tests_once(best, tmp_path):
-    calls = []
-    val_bleu = {"last": 30.0, "averaged": 29.0} if best == "last" else {"last": 29.0, "averaged": 31.0}
+@pytest.mark.parametrize("best", ["last checkpoint", "average of the last 5 step snapshots"])
+def test_translate_benchmark_judges_the_run_as_the_release_does(best, tmp_path, monkeypatch):
+    """The benchmark calls the release's one weight-choice rule on val and scores the chosen weights, rounded to
+    float16 as shipped, with the release's val-then-test scoring: test is read only for that one call."""
+    from workbench.tools import release
+    from workbench.translation import checkpoint, data
 
-    def evaluate(ckpt, split, beam, data_dir=None, device="auto"):
-        name = "averaged" if Path(ckpt).name == "averaged.pt" else "last"
-        calls.append((split, name, beam))
-        # greedy ranks the two the other way round: the choice must rest on beam 4, as the headline
-        bleu = 99.0 if split != "val" else (val_bleu[name] if beam == 4 else 60.0 - val_bleu[name])
-        return {"split": split, "beam": beam, "bleu": bleu, "signature": "sig", "chrf": 50.0}
+    val, test = [("ein hund", "a dog")], [("eine katze", "a cat")]
+    monkeypatch.setattr(data, "load_multi30k", lambda split, src, tgt, data_dir=None: val if split == "val" else test)
+    candidates = {"last checkpoint": tmp_path / "last.pt", "average of the last 5 step snapshots": tmp_path / "a5.pt"}
+    greedy = {k: 30.0 if k == best else 29.0 for k in candidates}
+    chose = []
 
-    result = _script().readout(tmp_path, full=True, evaluate=evaluate, average=lambda out, last: out / "averaged.pt")
-    tests = [c for c in calls if c[0] != "val"]
-    assert tests == [("test_2016_flickr", best, 4)]  # the test split is decoded once, with the val-chosen weights
-    assert calls[-1] == tests[0]  # after every validation run
-    assert {c for c in calls if c[0] == "val"} == {("val", w, b) for w in ("last", "averaged") for b in (4, 1)}
-    assert result["chosen_on_val"] == best and result["test"]["weights"] == best
+    def choose(run, pairs, average):
+        chose.append((run, pairs is val, tuple(average)))
+        return candidates, greedy, best
+
+    monkeypatch.setattr(release, "choose_weights_on_val", choose)
+    monkeypatch.setattr(checkpoint, "load_model", lambda path: ({"weights": Path(path)}, "tok", {}))
+    monkeypatch.setattr(release, "half_roundtrip", lambda model: {**model, "float16": True})
+    scored = []
+
+    def score_val_and_test(model, tok, v, t):
+        scored.append((model, v is val, t is test))
+        beam4 = {"bleu": 40.0, "signature": "sig", "chrf": 60.0}
+        return {"val": {"beam4": beam4}, "test_2016_flickr": {"beam4": {**beam4, "bleu": 38.5}}}, {"alpha": 1.4}
+
+    monkeypatch.setattr(release, "score_val_and_test", score_val_and_test)
+    result = _script().readout(tmp_path, "de", "en")
+    assert chose == [(tmp_path, True, (5,))]
+    assert scored == [({"weights": candidates[best], "float16": True}, True, True)]
+    assert result["chosen_on_val"] == best and result["val_greedy_bleu"] == greedy
+    assert result["headline"] == {"weights": best, "split": "test_2016_flickr", "beam": 4, "alpha": 1.4, "bleu": 38.5,
+                                  "signature": "sig", "chrf": 60.0}
 
 
 # -- the README's figures ------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from conftest import offline_page
 
 from workbench.errors import BookError
-from workbench.tools import book
+from workbench.tools import book, book_pages, book_sphinx
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -36,7 +36,7 @@ def _headings(notebook: Path) -> list[str]:
 def test_concept_map_points_at_existing_notebook_sections():
     series = {p.stem[:2]: p for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))}
     text = (book.BOOK_SRC / "concepts.md").read_text(encoding="utf-8")
-    targets = book.nb_role_targets(text)
+    targets = book_sphinx.nb_role_targets(text)
     assert len(targets) >= 30, "the concept map lost its rows"
     for notebook, heading in targets:
         assert notebook in series, f"{{nb}}`{notebook}`: no notebook {notebook}_*.ipynb in {NOTEBOOKS}"
@@ -105,7 +105,7 @@ def _executed_notebook() -> nbformat.NotebookNode:
         "p": {"model_name": "FloatProgressModel", "state": {"value": 5.0, "max": 10.0}},
         "s": {"model_name": "HTMLModel", "state": {"value": "5/10 [00:01&lt;00:01]"}},
     }
-    nb.metadata["widgets"] = {book.WIDGET_STATE_MIME: {"state": state, "version_major": 2, "version_minor": 0}}
+    nb.metadata["widgets"] = {book_pages.WIDGET_STATE_MIME: {"state": state, "version_major": 2, "version_minor": 0}}
     return nb
 
 
@@ -116,10 +116,10 @@ def _html_outputs(nb) -> list[str]:
 
 def test_offline_notebook_leaves_nothing_that_reaches_the_network():
     nb = _executed_notebook()
-    changes = book.offline_notebook(nb)
+    changes = book_pages.offline_notebook(nb)
     outputs = _html_outputs(nb)
     for text in outputs:
-        assert not book.EXTERNAL_REF.search(text), text[:200]
+        assert not book_pages.EXTERNAL_REF.search(text), text[:200]
         assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", text) and "plotly.js v" not in text
     assert not any("application/javascript" in o.get("data", {}) for c in nb.cells[1:] for o in c.get("outputs", []))
     assert "widgets" not in nb.metadata  # myst-nb would otherwise load require.js and the widget manager
@@ -135,21 +135,21 @@ def test_offline_notebook_leaves_nothing_that_reaches_the_network():
 
 def test_closing_checks_say_which_asserts_held_failed_or_did_not_run():
     nb = _executed_notebook()
-    checks = book.closing_checks(nb)
+    checks = book_pages.closing_checks(nb)
     assert [(c.source, c.condition, c.status) for c in checks] == [
         ("x == 1", "", "held"), ("y > 2", "if not SMOKE", "held"), ("z < 0", "", "failed"), ("w", "", "not reached")]
     assert checks[0].comment == "one is <one>" and checks[2].comment == "the failing claim"
-    page = book.BookPage("99_toy", Path("99_toy.ipynb"), "failed", 1.0, "AssertionError: ", {"loss": 0.5}, {})
-    text = book.checks_markdown(nb, page)
+    page = book_pages.BookPage("99_toy", Path("99_toy.ipynb"), "failed", 1.0, "AssertionError: ", {"loss": 0.5}, {})
+    text = book_pages.checks_markdown(nb, page)
     assert "**✓ held**: `x == 1`" in text and "**✗ failed**: `z < 0`" in text and "**– not reached**: `w`" in text
     assert "| loss | 0.5 |" in text and "stopped with an error" in text
     assert "one is \\<one\\>" in text  # a comment is text, not HTML: <bos> must not vanish as a tag
 
 
 def test_nb_targets_parse_titles_and_headings():
-    assert book.parse_nb_target("02") == (None, "02", "")
-    assert book.parse_nb_target("02#Why divide by") == (None, "02", "Why divide by")
-    assert book.parse_nb_target("the masks <04#The masks as matrices>") == ("the masks", "04", "The masks as matrices")
+    assert book_sphinx.parse_nb_target("02") == (None, "02", "")
+    assert book_sphinx.parse_nb_target("02#Why divide by") == (None, "02", "Why divide by")
+    assert book_sphinx.parse_nb_target("the masks <04#The masks as matrices>") == ("the masks", "04", "The masks as matrices")
 
 
 def test_serve_and_out_refuse_folders_that_hold_no_book(tmp_path):
@@ -163,7 +163,7 @@ def test_serve_and_out_refuse_folders_that_hold_no_book(tmp_path):
 
 def test_from_reports_needs_executed_notebooks(tmp_path):
     with pytest.raises(BookError, match="no executed notebooks"):
-        book.pages_from_reports(tmp_path)
+        book_pages.pages_from_reports(tmp_path)
 
 
 # -- the SMOKE book in a real browser ----------------------------------------------------------------------------

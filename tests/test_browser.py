@@ -50,7 +50,7 @@ def _lab_with_cell(browser, tmp_path, source: str):
     nb.cells.append(nbformat.v4.new_code_cell(source))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "inspect.ipynb")
-    from workbench.tools.notebooks import kernel_name_for_this_python
+    from workbench.tools.notebook_runner import kernel_name_for_this_python
 
     kernel_name_for_this_python()  # make sure a python3 kernelspec exists
     port, token = _free_port(), "workbench-test-token"

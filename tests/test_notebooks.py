@@ -19,15 +19,13 @@ import pytest
 from _derived import expected_jacobian_norm  # tests/_derived.py
 
 from workbench.errors import NotebookParameterError
+from workbench.tools.notebook_runner import html_is_offline, kernel_name_for_this_python, run_series
 from workbench.tools.notebooks import (
     check_parameters,
-    html_is_offline,
-    kernel_name_for_this_python,
     list_notebooks,
     notebook_parameters,
     notebooks_dir,
     parse_parameters,
-    run_series,
     select_notebooks,
 )
 
@@ -444,7 +442,7 @@ def test_run_series_runs_notebooks_side_by_side_in_series_order(tmp_path):
 
 
 def test_default_jobs_follows_the_cores_and_the_environment(monkeypatch):
-    from workbench.tools.notebooks import default_jobs
+    from workbench.tools.notebook_runner import default_jobs
 
     monkeypatch.delenv("WORKBENCH_NOTEBOOK_JOBS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
@@ -510,7 +508,8 @@ def test_notebook_matches_its_paired_text_file(path: Path) -> None:
 # -- paths and console output of `workbench notebooks run` ------------------------------------------------------
 def test_kernel_environment_makes_user_paths_absolute(tmp_path, monkeypatch):
     """The kernel runs in the report folder: relative paths must be resolved where the user stands, first."""
-    from workbench.tools.notebooks import _kernel_environment, resolve_path_parameters
+    from workbench.tools.notebook_runner import _kernel_environment
+    from workbench.tools.notebooks import resolve_path_parameters
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WORKBENCH_MULTI30K", "../shared/data/multi30k")

@@ -11,15 +11,13 @@ import pytest
 import torch
 
 import workbench as wb
+from workbench.tools.release import export_weights, half_roundtrip, write_card
 from workbench.translation.shipped import (
     PretrainedError,
-    export_weights,
-    half_roundtrip,
     list_pretrained,
     load_any,
     pretrained,
     sha256_file,
-    write_card,
 )
 
 
@@ -125,7 +123,7 @@ def test_corrupted_copy_of_the_shipped_model_is_refused_and_left_untouched(tmp_p
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_model_reproduces_its_card_greedy_bleu_on_test(name, multi30k_dir):
     from workbench.translation.data import load_multi30k
-    from workbench.translation.shipped import score
+    from workbench.translation.pipeline import score
 
     model, tok, card = pretrained(name)
     pairs = load_multi30k("test_2016_flickr", card["src_lang"], card["tgt_lang"], data_dir=multi30k_dir)
@@ -154,7 +152,7 @@ def test_the_two_translators_the_notebooks_need_are_shipped():
 
 def test_length_penalty_is_chosen_on_val_by_beam4_bleu(monkeypatch):
     """The highest val beam-4 score wins (a tie goes to the smaller alpha); only val is decoded for the choice."""
-    from workbench.translation import shipped
+    from workbench.tools import release
 
     val = [("ein hund", "a dog")]
     by_alpha = {0.6: 30.0, 1.0: 31.5, 1.4: 31.5, 1.8: 29.0, 2.2: 20.0}
@@ -164,11 +162,11 @@ def test_length_penalty_is_chosen_on_val_by_beam4_bleu(monkeypatch):
         seen.append((pairs is val, beam, alpha))
         return {"bleu": by_alpha[alpha]}
 
-    monkeypatch.setattr(shipped, "score", fake_score)
-    best, scores = shipped.choose_length_penalty(None, None, val)
+    monkeypatch.setattr(release, "score", fake_score)
+    best, scores = release.choose_length_penalty(None, None, val)
     assert best == 1.0
     assert scores == {"0.6": 30.0, "1": 31.5, "1.4": 31.5, "1.8": 29.0, "2.2": 20.0}
-    assert seen == [(True, 4, a) for a in shipped.LENGTH_PENALTIES]
+    assert seen == [(True, 4, a) for a in release.LENGTH_PENALTIES]
 
 
 def test_cards_length_penalty_is_the_default_for_shipped_models(tiny_shipped, monkeypatch):
@@ -199,10 +197,10 @@ def test_build_chooses_the_weights_on_val_among_averaging_windows(tmp_path, subw
     """`pretrained build --average 2 4 9`: the last checkpoint and the averages of the last 2 and 4 snapshots are
     candidates (9 is more than the run kept, so skipped), the one with the best val greedy BLEU ships, rounded to
     float16, and the card records the windows and the build command that used them."""
-    import workbench.translation.data
-    import workbench.translation.shipped
+    from workbench.tools import release
+    from workbench.tools.release import build_shipped
     from workbench.translation.checkpoint import load_model, save_checkpoint
-    from workbench.translation.shipped import build_shipped, load_folder
+    from workbench.translation.shipped import load_folder
 
     tok = subword_tokenizer
     v = tok.src_vocab_size
@@ -216,8 +214,8 @@ def test_build_chooses_the_weights_on_val_among_averaging_windows(tmp_path, subw
         save_checkpoint(run / f"ckpt_step{k * 10:07d}.pt", model, tok, step=k * 10, extra={"src_lang": "de", "tgt_lang": "en"})
     save_checkpoint(run / "last.pt", model, tok, step=40, extra={"src_lang": "de", "tgt_lang": "en"})
     pairs = small_pairs[:3]
-    monkeypatch.setattr(workbench.translation.data, "load_multi30k", lambda split, src, tgt, data_dir=None: pairs)
-    monkeypatch.setattr(workbench.translation.shipped, "LENGTH_PENALTIES", (0.6,))  # the alpha choice has its own test
+    monkeypatch.setattr(release, "load_multi30k", lambda split, src, tgt, data_dir=None: pairs)
+    monkeypatch.setattr(release, "LENGTH_PENALTIES", (0.6,))  # the alpha choice has its own test
 
     card = build_shipped(run, "tiny-de-en", tmp_path / "tiny-de-en", train_command="t", title="tiny",
                          summary="", average=(2, 4, 9))

@@ -1,6 +1,6 @@
 """The notebooks as a rendered, offline book: a static site built by Sphinx + myst-nb + sphinx-book-theme.
 
-``workbench book build`` executes the notebook series with :func:`workbench.notebooks.run_series` (or reuses the
+``workbench book build`` executes the notebook series with :func:`workbench.tools.notebook_runner.run_series` (or reuses the
 executed copies of an earlier ``workbench notebooks run`` with ``--from-reports``), turns each executed notebook
 into one page in series order, adds a home page, a concepts page and a models page from ``workbench/book_src/``,
 and runs ``sphinx-build`` with execution switched off. ``workbench book serve`` serves the result over HTTP.
@@ -29,18 +29,12 @@ over ``workbench book serve`` the excerpts appear too.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import functools
-import html
-import json
 import logging
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -49,36 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import BookError
+from workbench.tools.book_pages import BookPage, Check, closing_checks, pages_from_reports, prepare_notebook
+from workbench.tools.book_sphinx import run_sphinx
 
 log = logging.getLogger(__name__)
 
 BOOK_SRC = Path(__file__).resolve().parents[1] / "book_src"  # conf.py and the hand-written pages
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
-NOTEBOOK_NAME = re.compile(r"^\d\d_\w+$")  # NN_name, as notebooks.NOTEBOOK_GLOB
-# the plotly.js copy that the "notebook" renderer embeds once per notebook (its own output, no figure in it)
-PLOTLY_BUNDLE = re.compile(r"window\.PlotlyConfig|/\*\*?\s*\n?\s*\*?\s*plotly\.js v\d")
-# a tag that makes the browser fetch something from the network: <script src=//...>, <link href=https://...>, ...
-EXTERNAL_REF = re.compile(
-    r"""<(?:script|link|img|iframe|source|embed)\b[^>]*?\b(?:src|href|data)\s*=\s*["']?((?:https?:)?//[^"'\s>]+)""",
-    re.I,
-)
-JS_URL = re.compile(r"""["'`]((?:https?:)?//[\w.-]+\.[a-z]{2,}/[^"'`\s]*)["'`]""", re.I)  # URLs inside scripts
-CHECKS_TITLE = "Closing checks"
-
-
-@dataclasses.dataclass(frozen=True)
-class BookPage:
-    """One executed notebook, as the book shows it."""
-
-    name: str  # NN_name (the page's file name without extension)
-    notebook: Path  # the executed .ipynb
-    status: str  # "ok" (ran to the end) or "failed" (a cell raised)
-    seconds: float | None  # execution time, when known
-    error: str | None  # the failing cell's error, when failed
-    metrics: dict[str, Any]  # the notebook's metrics.json ({} when it wrote none)
-    parameters: dict[str, Any]  # the parameters papermill injected (SMOKE=True for a SMOKE run)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,358 +68,6 @@ class BookResult:
     @property
     def ok(self) -> bool:
         return all(p.status == "ok" for p in self.pages)
-
-
-# -- finding executed notebooks ---------------------------------------------------------------------------------
-def _error_of(nb: Any) -> str | None:
-    """``ename: evalue`` of the first error output of an executed notebook (None when no cell failed)."""
-    for cell in nb.cells:
-        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            if out.get("output_type") == "error":
-                return f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".strip()
-    return None
-
-
-def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = None) -> list[BookPage]:
-    """The executed notebooks of a ``notebooks run`` output folder (``reports/NN_name/NN_name.ipynb``), in order.
-
-    Status comes from the executed notebook itself (a cell with an error output means it failed); run time and the
-    error summary from ``summary.json`` when the folder has one.
-
-    Raises:
-        BookError: the folder holds no executed notebook (or none that ``only`` selects).
-    """
-    import nbformat
-
-    from workbench.errors import NotebookParameterError
-    from workbench.tools.notebooks import select_notebooks
-
-    folder = Path(reports).expanduser()
-    found = sorted(p for p in folder.glob("*/*.ipynb") if p.stem == p.parent.name and NOTEBOOK_NAME.match(p.stem))
-    if not found:
-        raise BookError(
-            f"no executed notebooks (NN_name/NN_name.ipynb) in {folder}: run `workbench notebooks run --out {folder}` "
-            "first, or drop --from-reports to let `book build` run them"
-        )
-    try:
-        found = select_notebooks(found, only)
-    except NotebookParameterError as exc:  # a selector that matches nothing
-        raise BookError(f"{exc} (in {folder})") from exc
-    summary: dict[str, dict[str, Any]] = {}
-    if (folder / "summary.json").exists():
-        with contextlib.suppress(ValueError, TypeError):
-            summary = {r["name"]: r for r in json.loads((folder / "summary.json").read_text(encoding="utf-8"))}
-    pages = []
-    for path in found:
-        nb = nbformat.read(str(path), as_version=4)
-        error = _error_of(nb)
-        known = summary.get(path.stem, {})
-        metrics_file = path.parent / "metrics.json"
-        metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.exists() else {}
-        params = dict((nb.metadata.get("papermill") or {}).get("parameters") or known.get("parameters") or {})
-        pages.append(BookPage(
-            name=path.stem, notebook=path, status="failed" if error or known.get("status") == "failed" else "ok",
-            seconds=known.get("seconds"), error=known.get("error") or error, metrics=metrics, parameters=params,
-        ))
-    return pages
-
-
-# -- making a notebook offline ------------------------------------------------------------------------------------
-def plotly_html(figure: dict[str, Any]) -> str:
-    """A ``<div>`` that draws a plotly figure with the page's plotly.js (no plotly.js, no MathJax, no CDN)."""
-    import plotly.io as pio
-
-    fig = {k: figure[k] for k in ("data", "layout", "frames") if k in figure}
-    return pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False, validate=False,
-                       default_width="100%", default_height=525, config=figure.get("config") or {})
-
-
-def _note(text: str) -> str:
-    return f'<div class="admonition note offline-note"><p>{html.escape(text)}</p></div>'
-
-
-def _hosts(urls: Sequence[str]) -> str:
-    hosts = sorted({re.sub(r"^(?:https?:)?//([^/]+).*$", r"\1", u) for u in urls})
-    return ", ".join(hosts)
-
-
-def _control_text(model: dict[str, Any]) -> str | None:
-    """``description = value`` of an ipywidgets control in the stored widget state (None for non-controls)."""
-    s = model.get("state", {})
-    label = s.get("description") or model.get("model_name", "").removesuffix("Model")
-    if "_options_labels" in s and s.get("index") is not None:
-        return f"{label} = {s['_options_labels'][s['index']]}"
-    if "value" in s and model.get("model_name") not in ("HTMLModel", "HTMLMathModel", "LabelModel"):
-        return f"{label} = {s['value']}"
-    if model.get("model_name") == "ButtonModel":
-        return f"button “{s.get('description', '')}”"
-    return None
-
-
-def widget_snapshot(model_id: str, state: dict[str, Any]) -> str | None:
-    """Static HTML for a widget view from the stored widget state: its plotly figures (interactive), its HTML
-    texts, and a line naming its controls and their values; a progress bar (tqdm) becomes one line of text.
-    None when the state has no such model."""
-    if model_id not in state:
-        return None
-    items: list[tuple[str, str]] = []  # (kind, html or text), in display order
-    seen: set[str] = set()
-
-    def walk(mid: str) -> None:
-        if mid in seen or mid not in state:
-            return
-        seen.add(mid)
-        model = state[mid]
-        s = model.get("state", {})
-        name = model.get("model_name", "")
-        if "_widget_data" in s and "_widget_layout" in s:  # plotly FigureWidget (anywidget)
-            items.append(("figure", plotly_html({"data": s["_widget_data"], "layout": s["_widget_layout"],
-                                                 "config": s.get("_config") or {}})))
-        elif name in ("HTMLModel", "HTMLMathModel", "LabelModel"):
-            if s.get("value"):
-                items.append(("text", str(s["value"])))
-        elif name.endswith("ProgressModel"):
-            frac = float(s.get("value") or 0) / float(s.get("max") or 1)
-            filled = max(0, min(20, round(20 * frac)))
-            items.append(("progress", "▕" + "█" * filled + " " * (20 - filled) + "▏"))
-        else:
-            text = _control_text(model)
-            if text:
-                items.append(("control", text))
-        for child in s.get("children", []) or []:
-            if isinstance(child, str) and child.startswith("IPY_MODEL_"):
-                walk(child[len("IPY_MODEL_"):])
-
-    walk(model_id)
-    if any(kind == "progress" for kind, _ in items):  # a tqdm bar: description, bar, counts on one line
-        line = " ".join(html.unescape(re.sub(r"<[^>]+>", "", v)) if k == "text" else v
-                        for k, v in items if k in ("text", "progress"))
-        return f'<pre class="progress-snapshot">{html.escape(line)}</pre>'
-    if not items:
-        return None
-    head = ("A snapshot of the interactive widget as it was when the notebook ran: its figures still respond to "
-            "hover and zoom, but its controls need a running kernel (open the notebook in JupyterLab).")
-    controls = [v for k, v in items if k == "control"]
-    if controls:
-        head += " Controls: " + "; ".join(controls) + "."
-    body = "".join(v if k == "figure" else f'<div class="widget-snapshot-text">{v}</div>'
-                   for k, v in items if k in ("figure", "text"))
-    return f'<div class="widget-snapshot">{_note(head)}{body}</div>'
-
-
-def offline_notebook(nb: Any) -> list[str]:
-    """Rewrite an executed notebook's outputs (in place) so that the page needs no network; returns one line
-    per change that removed something (for the build log)."""
-    state = ((nb.metadata.get("widgets") or {}).get(WIDGET_STATE_MIME) or {}).get("state") or {}
-    changes: list[str] = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        kept = []
-        noted = False
-        for out in cell.get("outputs", []):
-            data = out.get("data")
-            if out.get("output_type") not in ("display_data", "execute_result") or not data:
-                kept.append(out)
-                continue
-            html_text = str(data.get("text/html", ""))
-            if PLOTLY_MIME in data:
-                out["data"] = {"text/html": plotly_html(dict(data[PLOTLY_MIME])),
-                               "text/plain": data.get("text/plain", "plotly figure")}
-            elif html_text and PLOTLY_BUNDLE.search(html_text[:4000]) and "Plotly.newPlot" not in html_text[-20000:]:
-                continue  # plotly.js itself: the page loads _static/plotly.min.js instead
-            elif WIDGET_VIEW_MIME in data:
-                snap = widget_snapshot(str(data[WIDGET_VIEW_MIME].get("model_id", "")), state)
-                out["data"] = {"text/html": snap or _note(
-                    "An interactive widget that needs a running kernel (open the notebook in JupyterLab)."),
-                    "text/plain": data.get("text/plain", "widget")}
-                if not (snap or "").startswith('<pre class="progress-snapshot">'):
-                    changes.append(f"cell {index}: widget shown as a snapshot")
-            else:
-                urls = EXTERNAL_REF.findall(html_text) if html_text else []
-                if "application/javascript" in data:
-                    urls += JS_URL.findall(str(data["application/javascript"]))
-                if not urls:
-                    kept.append(out)
-                    continue
-                changes.append(f"cell {index}: output loading {_hosts(urls)} left out")
-                if noted:
-                    continue
-                noted = True
-                out["data"] = {"text/html": _note(
-                    f"This output loads its JavaScript or styles from the internet ({_hosts(urls)}), so the offline "
-                    "book leaves it out; the figures next to it show the same data. Run the notebook online to see it.")}
-            kept.append(out)
-        cell["outputs"] = kept
-    nb.metadata.pop("widgets", None)  # no widget state left to render: myst-nb then loads no require.js / CDN script
-    return changes
-
-
-# -- the closing checks -----------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """One ``assert`` of a notebook."""
-
-    cell: int  # index of its code cell
-    source: str  # the asserted expression, on one line
-    condition: str  # "" or the enclosing ``if``/``for``/``while`` headers ("if not SMOKE")
-    comment: str  # the comment on its line or the comment lines just above it
-    status: str  # "held" | "failed" | "not reached"
-
-
-def _one_line(text: str, limit: int = 220) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _asserts_in(source: str) -> list[tuple[str, str, str]]:
-    """(expression, condition, comment) for every ``assert`` statement of a cell, in order."""
-    lines = source.splitlines()
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:  # IPython magics: fall back on lines that start with assert
-        return [(_one_line(ln.strip()[len("assert"):].split("#")[0].strip()), "", "")
-                for ln in lines if ln.strip().startswith("assert ")]
-    found: list[tuple[str, str, str]] = []
-
-    def comment_for(node: ast.AST) -> str:
-        last = lines[node.end_lineno - 1][node.end_col_offset:] if node.end_lineno else ""
-        if "#" in last:
-            return last.split("#", 1)[1].strip()
-        above = []
-        i = node.lineno - 2
-        while i >= 0 and lines[i].strip().startswith("#"):
-            above.insert(0, lines[i].strip().lstrip("#").strip())
-            i -= 1
-        return " ".join(above)
-
-    def visit(body: Sequence[ast.stmt], context: list[str]) -> None:
-        for node in body:
-            if isinstance(node, ast.Assert):
-                expr = ast.get_source_segment(source, node.test) or ast.unparse(node.test)
-                found.append((_one_line(expr), " → ".join(context), comment_for(node)))
-            elif isinstance(node, ast.If):
-                cond = ast.get_source_segment(source, node.test) or ast.unparse(node.test)
-                visit(node.body, [*context, f"if {_one_line(cond, 80)}"])
-                visit(node.orelse, [*context, f"unless {_one_line(cond, 80)}"])
-            elif isinstance(node, (ast.For, ast.While)):
-                head = (f"for {ast.unparse(node.target)} in {_one_line(ast.unparse(node.iter), 60)}"
-                        if isinstance(node, ast.For) else f"while {_one_line(ast.unparse(node.test), 60)}")
-                visit(node.body, [*context, head])
-                visit(node.orelse, context)
-            elif isinstance(node, (ast.With, ast.Try)):
-                visit(node.body, context)
-                for extra in (getattr(node, "orelse", []), getattr(node, "finalbody", [])):
-                    visit(extra, context)
-            # asserts inside functions and classes run only when called: not listed as checks
-
-    visit(tree.body, [])
-    return found
-
-
-def closing_checks(nb: Any) -> list[Check]:
-    """Every ``assert`` of an executed notebook with its outcome: asserts in cells before the first failing cell
-    held, those of the failing cell are marked failed (one of them, or the cell's code, raised), later ones were
-    not reached."""
-    failed_cell = None
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            failed_cell = index
-            break
-    checks = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or "assert" not in cell.source:
-            continue
-        status = ("held" if failed_cell is None or index < failed_cell
-                  else "failed" if index == failed_cell else "not reached")
-        checks.extend(Check(index, expr, cond, comment, status) for expr, cond, comment in _asserts_in(cell.source))
-    return checks
-
-
-def _code(text: str) -> str:
-    """Markdown inline code for any text (a longer backtick fence when the text holds backticks)."""
-    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _plain(text: str) -> str:
-    """Text shown as it is in Markdown: every character Markdown (or MyST) could act on is backslash-escaped, so
-    a comment such as ``tgt_in = <bos> + tgt_out[:-1]`` keeps its ``<bos>``."""
-    return re.sub(r"([\\`*_{}\[\]<>|$~#!])", r"\\\1", text)
-
-
-def _cell_text(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        text = str(value)
-    elif isinstance(value, float):
-        text = f"{value:.4g}"
-    elif isinstance(value, (int, str)):
-        text = str(value)
-    else:
-        text = json.dumps(value, default=str)
-    return _plain(_one_line(text, 160))
-
-
-def checks_markdown(nb: Any, page: BookPage) -> str:
-    """The section appended to every page: status, each assert with its outcome, and the metrics table."""
-    checks = closing_checks(nb)
-    symbol = {"held": "✓ held", "failed": "✗ failed", "not reached": "– not reached"}
-    if page.status == "ok":
-        lead = (f"The notebook ran to the end, so all {len(checks)} of its checks held"
-                + (" (a check under a condition held wherever its condition was true)." if
-                   any(c.condition for c in checks) else "."))
-    else:
-        lead = (f"**The notebook stopped with an error**: {_code(_one_line(page.error or 'unknown error', 400))}. "
-                "Checks in the cells before the failing one held; the failing cell's checks are marked failed "
-                "(one of them, or other code in that cell, raised) and later ones did not run.")
-    lines = [f"## {CHECKS_TITLE}", "", lead, ""]
-    for c in checks:
-        where = f" (under {_code(c.condition)})" if c.condition else ""
-        why = f" — {_plain(c.comment)}" if c.comment else ""
-        lines.append(f"- **{symbol[c.status]}**: {_code(c.source)}{where}{why}")
-    if not checks:
-        lines.append("This notebook has no assert statement.")
-    lines += ["", "### What it measured (`metrics.json`)", ""]
-    if page.metrics:
-        lines += ["| metric | value |", "|---|---|"]
-        lines += [f"| {_cell_text(k)} | {_cell_text(v)} |" for k, v in page.metrics.items()]
-    else:
-        lines.append("The notebook wrote no `metrics.json`" + (" (it stopped before its last cell)."
-                                                                if page.status != "ok" else "."))
-    return "\n".join(lines) + "\n"
-
-
-def _run_note(page: BookPage) -> str:
-    params = ", ".join(f"`{k}={v!r}`" for k, v in page.parameters.items()) or "its default parameters"
-    took = f" in {page.seconds:.0f} s" if page.seconds is not None else ""
-    smoke = (" SMOKE shrinks every size so that the series runs in minutes: the numbers are smaller and noisier "
-             "than those of the lesson's real run." if page.parameters.get("SMOKE") else "")
-    if page.status == "ok":
-        return (f":::{{note}}\nThis page is the notebook as executed with {params}{took}.{smoke} Its checks are "
-                f"listed [at the end](#closing-checks).\n:::\n")
-    return (f":::{{error}}\nThis notebook stopped with an error when executed with {params}{took}: "
-            f"{_code(_one_line(page.error or 'unknown error', 400))}. The outputs stop at the failing cell; see "
-            f"[the closing checks](#closing-checks).\n:::\n")
-
-
-def prepare_notebook(page: BookPage) -> tuple[Any, list[str]]:
-    """The executed notebook made ready for the book: offline outputs, a run note after the title cell, the
-    closing checks at the end. Returns (notebook, changes)."""
-    import nbformat
-
-    nb = nbformat.read(str(page.notebook), as_version=4)
-    changes = offline_notebook(nb)
-    checks = nbformat.v4.new_markdown_cell(checks_markdown(nb, page))
-    note = nbformat.v4.new_markdown_cell(_run_note(page))
-    first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip()
-                     .startswith("# ")), None)
-    nb.cells.insert(0 if first_md is None else first_md + 1, note)
-    nb.cells.append(checks)
-    if nb.nbformat_minor < 5:  # cell ids exist from nbformat 4.5 on: the two new cells must not carry one
-        for cell in (note, checks):
-            cell.pop("id", None)
-    return nb, changes
 
 
 # -- the hand-written pages ---------------------------------------------------------------------------------------
@@ -546,38 +164,6 @@ def write_sources(pages: Sequence[BookPage], src: str | Path) -> list[str]:
     return changes
 
 
-# -- sphinx -------------------------------------------------------------------------------------------------------
-def _package_on_path() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[2])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-
-
-def run_sphinx(src: str | Path, out: str | Path, doctrees: str | Path) -> list[str]:
-    """``sphinx-build -b html -E`` in a subprocess (this interpreter, this package first on the path).
-
-    Returns:
-        Sphinx's warnings, one per line.
-
-    Raises:
-        BookError: Sphinx or one of the book's extensions is not installed, or the build failed.
-    """
-    import importlib.util
-
-    missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx-mathjax-offline")
-               if importlib.util.find_spec(m) is None]
-    if missing:
-        raise BookError(f"the book needs {', '.join(missing)}: install them with "
-                        "`pip install -e \".[book]\"` (sphinx, myst-nb, sphinx-book-theme, sphinx-mathjax-offline)")
-    warnings_file = Path(doctrees).parent / "sphinx-warnings.txt"
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-E", "-q", "-d", str(doctrees), "-w", str(warnings_file),
-           str(src), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_package_on_path())
-    warnings = warnings_file.read_text(encoding="utf-8").splitlines() if warnings_file.exists() else []
-    if proc.returncode != 0:
-        raise BookError(f"sphinx-build failed (exit {proc.returncode}):\n{(proc.stderr or proc.stdout)[-4000:]}")
-    return [w for w in warnings if w.strip()]
-
-
 def _clear_out(out: Path) -> None:
     """Remove an earlier book (a folder with Sphinx's ``.buildinfo``); refuse to touch any other folder."""
     if not out.exists():
@@ -606,7 +192,7 @@ def build_book(
         only: notebook numbers or names to include (default: all, in series order).
         from_reports: reuse the executed notebooks of this ``notebooks run`` folder instead of running them.
         reports: where the notebooks are executed (ignored with ``from_reports``).
-        parameters, threads, timeout, jobs: as in :func:`workbench.notebooks.run_series` (``jobs=None``, as
+        parameters, threads, timeout, jobs: as in :func:`workbench.tools.notebook_runner.run_series` (``jobs=None``, as
             the command line passes by default: two notebooks at a time on a machine with two or more cores).
 
     Returns:
@@ -615,7 +201,7 @@ def build_book(
     Raises:
         BookError: no executed notebook, Sphinx missing, or the Sphinx build failed.
     """
-    from workbench.tools.notebooks import run_series
+    from workbench.tools.notebook_runner import run_series
 
     out = Path(out).expanduser().resolve()
     t0 = time.perf_counter()
@@ -667,81 +253,6 @@ def serve(directory: str | Path = "book", port: int = 8000, bind: str = "127.0.0
         return ThreadingHTTPServer((bind, port), handler)
     except OSError as exc:
         raise BookError(f"cannot serve on {bind}:{port} ({exc}): pick another --port") from exc
-
-
-# -- the Sphinx side: the {nb} role ------------------------------------------------------------------------------
-NB_ROLE = re.compile(r"\{nb\}`([^`]+)`")
-
-
-def parse_nb_target(text: str) -> tuple[str | None, str, str]:
-    """``"title <02#Why divide>"`` -> (``"title"``, ``"02"``, ``"Why divide"``); no title -> None."""
-    m = re.match(r"^(.*?)\s*<([^<>]+)>$", text.strip(), re.S)
-    title, target = (m.group(1).strip() or None, m.group(2)) if m else (None, text.strip())
-    notebook, _, heading = target.partition("#")
-    return title, notebook.strip(), heading.strip()
-
-
-def nb_role_targets(markdown: str) -> list[tuple[str, str]]:
-    """(notebook, heading) of every ``{nb}`...``` reference in a Markdown text (for checks of the concept map)."""
-    return [parse_nb_target(m)[1:] for m in NB_ROLE.findall(markdown)]
-
-
-def find_section(doctree: Any, heading: str) -> Any:
-    """The first section whose title contains ``heading`` (case-insensitive), or None."""
-    from docutils import nodes
-
-    want = " ".join(heading.lower().split())
-    for section in doctree.findall(nodes.section):
-        if want in " ".join(section[0].astext().lower().split()):
-            return section
-    return None
-
-
-def sphinx_setup(app: Any) -> dict[str, Any]:
-    """Sphinx extension of the book (``conf.py`` calls it): the ``{nb}`NN#heading``` role, a link to the page of
-    notebook NN (and to its first section whose title contains ``heading``); a notebook that is not part of this
-    build is named in plain text."""
-    from docutils import nodes
-    from sphinx import addnodes
-    from sphinx.util import logging as sphinx_logging
-
-    slog = sphinx_logging.getLogger("workbench.tools.book")
-
-    def nb_role(name, rawtext, text, lineno, inliner, options=None, content=None):  # noqa: ANN001 (docutils API)
-        title, notebook, heading = parse_nb_target(text)
-        node = addnodes.pending_xref(rawtext, refdomain="", reftype="nb", reftarget=f"{notebook}#{heading}",
-                                     refexplicit=title is not None, nbtitle=title or "", nbnotebook=notebook,
-                                     nbheading=heading)
-        node += nodes.inline(title or text, title or text)
-        return [node], []
-
-    def resolve(app_, env, node, contnode):  # noqa: ANN001 (Sphinx API)
-        if node.get("reftype") != "nb":
-            return None
-        notebook, heading, title = node["nbnotebook"], node["nbheading"], node["nbtitle"]
-        docs = sorted(d for d in env.found_docs if d == notebook or d.startswith(f"{notebook}_"))
-        if not docs:
-            label = title or f"notebook {notebook}"
-            return nodes.inline("", f"{label} (not in this build)", classes=["nb-missing"])
-        doc = docs[0]
-        uri = app_.builder.get_relative_uri(node["refdoc"], doc)
-        ref = nodes.reference("", "", internal=True, refuri=uri)
-        page_title = [c.deepcopy() for c in env.titles[doc].children]
-        section = find_section(env.get_doctree(doc), heading) if heading else None
-        if heading and section is None:
-            slog.warning("{nb}`%s`: no section of %s has a title containing %r", node["reftarget"], doc, heading,
-                         location=node)
-        if section is not None:
-            ref["refuri"] = f"{uri}#{section['ids'][0]}"
-            children = [nodes.Text(f"{doc[:2]} § "), *[c.deepcopy() for c in section[0].children]]
-        else:
-            children = page_title
-        ref.extend([nodes.Text(title)] if title else children)
-        return ref
-
-    app.add_role("nb", nb_role)
-    app.connect("missing-reference", resolve)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
 @contextlib.contextmanager

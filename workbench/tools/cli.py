@@ -118,6 +118,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrained(args: argparse.Namespace) -> int:
+    from workbench.tools import release
     from workbench.translation import shipped
 
     if args.action == "list":
@@ -133,11 +134,11 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
             print(f"{name}: every file matches its SHA-256")
         return 0
     if args.action == "rescore":
-        card = shipped.rescore_with_length_penalty(args.name, data_dir=args.data_dir)
+        card = release.rescore_with_length_penalty(args.name, data_dir=args.data_dir)
         print(json.dumps({"decoding": card["decoding"], "bleu": card["bleu"]}, indent=2))
         return 0
     if args.action == "build":
-        card = shipped.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
+        card = release.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
                                      title=args.title, summary=args.summary, commit=args.commit, budget=args.budget,
                                      threads=args.threads, data_dir=args.data_dir, average=tuple(args.average))
         print(json.dumps(card["bleu"], indent=2))
@@ -159,7 +160,7 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
         rc = main(argv)
         if rc:
             return rc
-        built = shipped.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
+        built = release.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
                                       title=card["title"], summary=card["summary"],
                                       budget=card["training"].get("budget", ""), data_dir=args.data_dir,
                                       average=tuple(card.get("average_windows", [5])))
@@ -179,7 +180,8 @@ def cmd_average(args: argparse.Namespace) -> int:
 def cmd_notebooks(args: argparse.Namespace) -> int:
     """``run``: one progress bar, then one line per notebook (and its error); ``--verbose`` also shows papermill's
     records and the kernels' start-up warnings. ``copy``: editable copies of the notebooks in a folder."""
-    from workbench.tools.notebooks import copy_notebooks, notebooks_dir, parse_parameters, run_series
+    from workbench.tools.notebook_runner import run_series
+    from workbench.tools.notebooks import copy_notebooks, notebooks_dir, parse_parameters
 
     if args.action == "copy":
         written = copy_notebooks(args.target, only=args.only or None, force=args.force)
@@ -193,7 +195,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     if quiet:
         logging.getLogger().setLevel(logging.WARNING)
         logging.getLogger("papermill").setLevel(logging.ERROR)  # its INFO records and parameter warnings
-        logging.getLogger("workbench.tools.notebooks").setLevel(logging.ERROR)  # failures are in the table below
+        logging.getLogger("workbench.tools.notebook_runner").setLevel(logging.ERROR)  # failures are in the table below
     params = parse_parameters(args.param or [])
     only = args.only or None
     out = Path(args.out).expanduser().resolve()  # the kernels run elsewhere: resolve where the user stands

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 FORMAT = "attention-workbench/1"
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
+def unwrap_model(model: nn.Module) -> nn.Module:
     return getattr(model, "module", getattr(model, "_orig_mod", model))
 
 
@@ -131,7 +131,7 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     from workbench.model.registry import architecture_of
 
-    model = _unwrap(model)
+    model = unwrap_model(model)
     state = {
         "format": FORMAT,
         "arch": architecture_of(model),
@@ -197,7 +197,7 @@ def build_from_checkpoint(state: dict[str, Any]) -> nn.Module:
 
 def load_state(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
     """Load weights, explaining a mismatch (another config or vocabulary) instead of a raw torch error."""
-    model = _unwrap(model)
+    model = unwrap_model(model)
     own = model.state_dict()
     for name, tensor in state_dict.items():
         if name in own and own[name].shape != tensor.shape:

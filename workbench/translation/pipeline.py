@@ -109,6 +109,29 @@ def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/
     return summary
 
 
+def score(model: torch.nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int = 1, alpha: float = 0.6,
+          device: str | torch.device = "cpu", keep_hypotheses: bool = False) -> dict[str, Any]:
+    """The one scoring function: sacreBLEU (with its signature), chrF and tokenized lower-cased BLEU of a model's
+    translations of ``pairs`` (greedy for ``beam=1``, else beam search with length penalty ``alpha``).
+
+    Returns ``{"bleu", "signature", "chrf", "tok_bleu", "n_sentences", "decode_seconds"}``, and the translations
+    as ``"hypotheses"`` when ``keep_hypotheses``. The release, ``workbench evaluate`` and the ``bench/`` scripts all
+    score with it.
+    """
+    from workbench.translation.decode import translate
+    from workbench.translation.metrics import chrf, corpus_bleu, tokenized_bleu
+
+    start = time.perf_counter()
+    hyps = translate(model, tokenizer, [s for s, _ in pairs], beam=beam, alpha=alpha, device=device, progress=True)
+    seconds = time.perf_counter() - start
+    refs = [t for _, t in pairs]
+    bleu = corpus_bleu(hyps, refs)
+    result = {"bleu": round(bleu.score, 2), "signature": bleu.signature, "chrf": round(chrf(hyps, refs).score, 2),
+              "tok_bleu": round(tokenized_bleu(hyps, refs).score, 2), "n_sentences": len(pairs),
+              "decode_seconds": round(seconds, 1)}
+    return {**result, "hypotheses": hyps} if keep_hypotheses else result
+
+
 def evaluate_checkpoint(
     checkpoint: str | Path,
     split: str = "test_2016_flickr",
@@ -126,8 +149,6 @@ def evaluate_checkpoint(
     ``alpha``: beam search's length penalty; None takes a shipped model's card's (chosen on val), else 0.6.
     """
     from workbench.runtime import resolve_device
-    from workbench.translation.decode import translate
-    from workbench.translation.metrics import chrf, corpus_bleu, tokenized_bleu
     from workbench.translation.shipped import default_alpha, is_pretrained_name, load_any
 
     dev = resolve_device(device)
@@ -137,25 +158,10 @@ def evaluate_checkpoint(
     src = src or meta.get("src_lang", "de")
     tgt = tgt or meta.get("tgt_lang", "en")
     pairs = load_pairs(split, src, tgt, data_dir, limit)
-    sources, refs = [p[0] for p in pairs], [p[1] for p in pairs]
-    start = time.perf_counter()
-    hyps = translate(model, tokenizer, sources, beam=beam, alpha=alpha, device=dev, progress=True)
-    seconds = time.perf_counter() - start
-    bleu = corpus_bleu(hyps, refs)
-    result = {
-        "split": split,
-        "src": src,
-        "tgt": tgt,
-        "beam": beam,
-        "alpha": alpha if beam > 1 else None,
-        "n_sentences": len(pairs),
-        "bleu": round(bleu.score, 2),
-        "signature": bleu.signature,
-        "tok_bleu": round(tokenized_bleu(hyps, refs).score, 2),
-        "chrf": round(chrf(hyps, refs).score, 2),
-        "decode_seconds": round(seconds, 1),
-        "checkpoint": str(checkpoint),
-    }
+    scores = score(model, tokenizer, pairs, beam=beam, alpha=alpha, device=dev, keep_hypotheses=True)
+    hyps = scores.pop("hypotheses")
+    result = {"split": split, "src": src, "tgt": tgt, "beam": beam, "alpha": alpha if beam > 1 else None, **scores,
+              "checkpoint": str(checkpoint)}
     if write_hypotheses and not is_pretrained_name(str(checkpoint)):
         path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}.beam{beam}.{tgt}.txt")
         path.write_text("\n".join(hyps) + "\n", encoding="utf-8")

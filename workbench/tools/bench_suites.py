@@ -1,0 +1,406 @@
+"""The suites of ``workbench bench`` (:mod:`workbench.tools.benchmark` describes each) and the race they share."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+import workbench as wb
+from workbench.lessons.flops import peak_flops, train_step_flops
+from workbench.lessons.measure import call_seconds, peak_memory
+from workbench.model.attention import MultiHeadAttention
+from workbench.model.masks import to_nn_mask
+from workbench.runtime import adam, autocast
+from workbench.tools.rivals import NNTransformer, without_hook_points
+from workbench.translation.decode import beam_search, greedy_decode
+from workbench.translation.kernels import use_fast_dropout
+from workbench.translation.train import step_loss
+
+log = logging.getLogger(__name__)
+
+SUITES = ("attention", "train_step", "capture", "decoding", "e2e", "sdpa")
+MIN_ROUNDS = 5  # no published median comes from fewer rounds
+
+
+# -- measuring (the probes are workbench.lessons.measure's) -------------------------------------------------------------
+def race(fns: dict[str, Callable[[], Any]], rounds: int, device: torch.device) -> dict[str, Any]:
+    """Race the functions: one warm-up call each, then ``rounds`` rounds of one call each, the order alternating.
+
+    Round 0 runs the functions in the given order, round 1 in reverse, and so on, so that each runs first in half
+    of the rounds. Returns ``{"median_s": {name: s}, "rounds": [{"order": [...], "s": {name: s}}, ...]}``.
+    """
+    if rounds < MIN_ROUNDS:
+        raise ValueError(f"rounds={rounds}: race at least {MIN_ROUNDS} rounds, so that a median means something")
+    for fn in fns.values():
+        fn()
+    names = list(fns)
+    log_rounds = []
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        log_rounds.append({"order": order, "s": {k: call_seconds(fns[k], 1, device)[0] for k in order}})
+    median = {k: statistics.median(rd["s"][k] for rd in log_rounds) for k in names}
+    return {"median_s": median, "rounds": log_rounds}
+
+
+# -- suites --------------------------------------------------------------------------------------------------------
+def suite_attention(device: torch.device, quick: bool) -> dict[str, Any]:
+    """Self-attention forward+backward (a key-padding mask on a quarter of the rows), ours vs nn.MultiheadAttention."""
+    d_model, n_heads, batch = 256, 8, 8
+    lengths = (32, 64) if quick else (32, 64, 128, 256, 512, 1024)
+    rounds = MIN_ROUNDS if quick else 7
+    ours = MultiHeadAttention(d_model, n_heads).to(device)
+    ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True).to(device)
+    rows = []
+    for n in lengths:
+        x = torch.randn(batch, n, d_model, device=device, requires_grad=True)
+        keep = torch.ones(batch, n, dtype=torch.bool, device=device)
+        keep[: batch // 4, n - n // 4 :] = False  # padded keys
+        mask = keep[:, None, None, :]  # (B, 1, 1, Tk)
+        nn_pad = to_nn_mask(keep)
+
+        def fused(x: torch.Tensor = x, mask: torch.Tensor = mask) -> None:  # bind this length's tensors
+            out, _ = ours(x, mask=mask)
+            out.sum().backward()
+
+        def explicit(x: torch.Tensor = x, mask: torch.Tensor = mask) -> None:
+            out, _ = ours(x, mask=mask, need_weights=True)
+            out.sum().backward()
+
+        def reference(x: torch.Tensor = x, nn_pad: torch.Tensor = nn_pad) -> None:
+            out, _ = ref(x, x, x, key_padding_mask=nn_pad, need_weights=False)
+            out.sum().backward()
+
+        fns = {"ours_fused": fused, "ours_explicit": explicit, "nn.MultiheadAttention": reference}
+        raced = race(fns, rounds, device)
+        med = raced["median_s"]
+        mem = {k: peak_memory(fn, device) for k, fn in fns.items()}
+        rows.append({
+            "n": n,
+            "rounds": raced["rounds"],
+            "ms": {k: 1e3 * v for k, v in med.items()},
+            "peak_mib": {k: (None if v is None else v / 2**20) for k, v in mem.items()},
+            "fused_over_nn": med["ours_fused"] / med["nn.MultiheadAttention"],
+            "explicit_over_nn": med["ours_explicit"] / med["nn.MultiheadAttention"],
+        })
+    return {"d_model": d_model, "n_heads": n_heads, "batch": batch, "rows": rows}
+
+
+def _step_fn(model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device) -> Callable[[], None]:
+    """One optimizer step: ``loss_fn()`` under autocast, backward, Adam (the paper's betas and epsilon; fused where
+    torch has the kernel, the same optimizer for both rivals)."""
+    opt = adam(list(model.parameters()), device, lr=1e-4, betas=(0.9, 0.98), eps=1e-9)  # fused where it exists
+
+    def step() -> None:
+        with autocast(device):
+            loss = loss_fn()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def random_batch(vocab: int, B: int, S: int, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random source (B, S) and target (B, T) ids; a quarter of the rows end in 5 padding tokens on both sides
+    (about 6 %: less than the 13 % of target padding in real Multi30k token-budget batches that the ``e2e`` suite
+    reports, so what ours saves by skipping padding rows is understated here, not overstated)."""
+    src = torch.randint(4, vocab, (B, S), device=device)
+    src[: B // 4, S - 5 :] = 0
+    tgt = torch.randint(4, vocab, (B, T), device=device)
+    tgt[B - B // 4 :, T - 5 :] = 0
+    return src, tgt
+
+
+def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: torch.Tensor,
+                    device: torch.device, compiled: bool = False,
+                    ) -> tuple[nn.Module, nn.Module, dict[str, Callable[[], None]]]:
+    """Our model and the reference of the same sizes, and one training step of each on the batch ``(src, tgt)``.
+
+    ``compiled``: also ``"ours compiled"`` and ``"nn.Transformer compiled"``, the same models through
+    ``torch.compile`` (default inductor backend) with an optimizer of their own.
+    """
+    from workbench.translation.batching import Batch
+
+    ours = use_fast_dropout(wb.build_model(cfg, vocab, vocab)).to(device).train()  # as fit() trains it
+    ref = NNTransformer(cfg, vocab).to(device).train()
+    batch = Batch(src, tgt[:, :-1], tgt[:, 1:], pad_id=0)
+
+    def losses(ours_net: nn.Module, ref_net: nn.Module) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+        def ours_loss() -> torch.Tensor:
+            return step_loss(ours_net, ours, batch, pad_id=0, eps=0.1)[0] / max(batch.n_tgt_tokens, 1)
+
+        def ref_loss() -> torch.Tensor:
+            logits = ref_net(batch.src, batch.tgt_in)  # (B, T, V)
+            return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                               batch.tgt_out.reshape(-1), ignore_index=0, label_smoothing=0.1)
+
+        return ours_loss, ref_loss
+
+    ours_loss, ref_loss = losses(ours, ref)
+    fns = {"ours": _step_fn(ours, ours_loss, device), "nn.Transformer": _step_fn(ref, ref_loss, device)}
+    if compiled:
+        ours_c, ref_c = losses(torch.compile(ours), torch.compile(ref))
+        fns["ours compiled"] = _step_fn(ours, ours_c, device)
+        fns["nn.Transformer compiled"] = _step_fn(ref, ref_c, device)
+    return ours, ref, fns
+
+
+def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
+    """Training step of each preset vs nn.Transformer of the same sizes (same batch, same optimizer).
+
+    Each side runs with its best setting on the device: eager and ``torch.compile``d variants of both are raced
+    (not in ``quick``, where compiling would dominate), and the ratio divides our fastest median by the reference's.
+    """
+    vocab = 8000
+    if device.type == "cuda":
+        presets, (B, S, T) = ("small", "base", "big"), (128, 32, 33)
+    else:
+        presets, (B, S, T) = (("tiny",) if quick else ("tiny", "small", "base")), (64, 20, 21)
+    rounds = MIN_ROUNDS if quick else 7
+    peak = peak_flops(device)
+    rows = []
+    for name in presets:
+        torch.manual_seed(0)
+        cfg = wb.preset(name)
+        src, tgt = random_batch(vocab, B, S, T, device)
+        ours, ref, fns = train_step_pair(cfg, vocab, src, tgt, device, compiled=not quick)
+        t0 = time.perf_counter()
+        for key in fns:
+            if key.endswith("compiled"):
+                fns[key]()  # compile (and a second call, in case the first step recompiles) before the race
+                fns[key]()
+        compile_s = time.perf_counter() - t0
+        # the base preset on a CPU takes seconds a step: the minimum number of rounds there
+        raced = race(fns, rounds if name != "base" or device.type == "cuda" else MIN_ROUNDS, device)
+        med = raced["median_s"]
+        best_ours = min((k for k in med if k.startswith("ours")), key=med.__getitem__)
+        best_ref = min((k for k in med if k.startswith("nn.Transformer")), key=med.__getitem__)
+        mem = {k: peak_memory(fns[k], device) for k in ("ours", "nn.Transformer")}
+        n_real = int((tgt[:, 1:] != 0).sum())
+        flops = train_step_flops(cfg, B, S, T - 1, vocab, n_projected=n_real)
+        rows.append({
+            "preset": name,
+            "batch": [B, S, T - 1],
+            "target_padding_fraction": 1 - n_real / (B * (T - 1)),
+            "rounds": raced["rounds"],
+            "step_s": med,
+            "best": {"ours": best_ours, "nn.Transformer": best_ref},
+            "compile_s": compile_s if len(fns) > 2 else None,
+            "ratio_ours_over_nn": med[best_ours] / med[best_ref],
+            "ratio_eager": med["ours"] / med["nn.Transformer"],
+            "ours_tflops_per_s": flops / med[best_ours] / 1e12,
+            "ours_mfu": None if peak is None else flops / med[best_ours] / peak,
+            "peak_mib": {k: (None if v is None else v / 2**20) for k, v in mem.items()},
+        })
+        del ours, ref, fns
+    return {"vocab": vocab, "amp": "bf16" if device.type == "cuda" else "fp32", "rows": rows}
+
+
+def suite_capture(device: torch.device, quick: bool) -> dict[str, Any]:
+    """What hook points cost when nobody listens (our model vs the same model without them), and capturing all.
+
+    Forward in evaluation (no gradients) and a training forward+backward, each raced against the hook-free copy
+    made by :func:`without_hook_points` (same weights, same kernels, no taps).
+    """
+    torch.manual_seed(0)
+    name = "tiny" if quick else "small"
+    cfg = wb.preset(name)
+    src, tgt = random_batch(8000, 64, 20, 21, device)
+    model = wb.build_model(cfg, 8000, 8000).to(device)
+    bare = without_hook_points(model)
+    rounds = MIN_ROUNDS if quick else 21
+
+    def forward(m: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            m(src, tgt)
+
+        return run
+
+    def captured() -> None:
+        with wb.capture_attention(model):
+            model(src, tgt)
+
+    def train(m: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            m(src, tgt).sum().backward()
+            m.zero_grad(set_to_none=True)
+
+        return run
+
+    for m in (model, bare):
+        m.eval()
+    with torch.no_grad():
+        fwd = race({"without_hook_points": forward(bare), "hook_points_no_hooks": forward(model),
+                    "capture_all": captured}, rounds, device)
+    for m in (model, bare):
+        m.train()
+    trn = race({"without_hook_points": train(bare), "hook_points_no_hooks": train(model)}, rounds, device)
+    f, t = fwd["median_s"], trn["median_s"]
+    return {
+        "preset": name,
+        "forward_ms": {k: 1e3 * v for k, v in f.items()},
+        "forward_rounds": fwd["rounds"],
+        "train_fwd_bwd_ms": {k: 1e3 * v for k, v in t.items()},
+        "train_rounds": trn["rounds"],
+        "inactive_overhead_pct": 100 * (f["hook_points_no_hooks"] / f["without_hook_points"] - 1),
+        "inactive_train_overhead_pct": 100 * (t["hook_points_no_hooks"] / t["without_hook_points"] - 1),
+        "active_overhead_pct": 100 * (f["capture_all"] / f["hook_points_no_hooks"] - 1),
+    }
+
+
+@contextlib.contextmanager
+def _no_eos(model: nn.Module, eos_id: int) -> Iterator[None]:
+    """Make ``eos_id`` unreachable (its logit -inf), so every decode runs to its length limit."""
+
+    def hook(_module: nn.Module, _inputs: Any, out: torch.Tensor) -> torch.Tensor:
+        out = out.clone()
+        out[..., eos_id] = float("-inf")
+        return out
+
+    handle = model.generator.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def suite_decoding(device: torch.device, quick: bool) -> dict[str, Any]:
+    """Greedy and beam-4 decoding with and without the key/value cache, exactly 40 output tokens."""
+    torch.manual_seed(0)
+    cfg = wb.preset("tiny" if quick else "small")
+    model = wb.build_model(cfg, 8000, 8000).to(device).eval()
+    src, _ = random_batch(8000, 16, 20, 21, device)
+    steps, eos = 40, 3
+    result: dict[str, Any] = {"preset": "tiny" if quick else "small", "sentences": src.shape[0], "output_tokens": steps}
+    with _no_eos(model, eos):
+        fns = {
+            "greedy": lambda c: greedy_decode(model, src, eos_id=eos, max_len=steps, use_cache=c),
+            "beam4": lambda c: beam_search(model, src, beam=4, eos_id=eos, max_len=steps, use_cache=c),
+        }
+        for name, fn in fns.items():
+            out = fn(True)
+            # the limit forces eos at the last step; before it every position must be a real token
+            if out.shape[1] != steps or bool((out[:, : steps - 1] == eos).any()):
+                raise RuntimeError(f"{name} decoding stopped early ({out.shape[1]} tokens): the benchmark is invalid")
+            raced = race({"cached": lambda fn=fn: fn(True), "uncached": lambda fn=fn: fn(False)}, MIN_ROUNDS, device)
+            med = raced["median_s"]
+            result[f"{name}_rounds"] = raced["rounds"]
+            result[f"{name}_cached_sent_per_s"] = src.shape[0] / med["cached"]
+            result[f"{name}_uncached_sent_per_s"] = src.shape[0] / med["uncached"]
+            result[f"{name}_cache_speedup"] = med["uncached"] / med["cached"]
+    return result
+
+
+def padding_fractions(tokenizer: Any, pairs: list[tuple[str, str]], max_tokens: int) -> dict[str, float]:
+    """Share of padding positions in the token-budget batches ``fit`` makes of ``pairs`` (one epoch's batches)."""
+    from workbench.translation.batching import make_batch, token_batches
+
+    src = tokenizer.encode_src([p[0] for p in pairs])
+    tgt = tokenizer.encode_tgt([p[1] for p in pairs])
+    cells = {"src": 0, "tgt": 0}
+    real = {"src": 0, "tgt": 0}
+    for idx in token_batches([len(s) for s in src], [len(t) - 1 for t in tgt], max_tokens, shuffle=False):
+        b = make_batch([src[i] for i in idx], [tgt[i] for i in idx], tokenizer.pad_id)
+        cells["src"] += b.src.numel()
+        cells["tgt"] += b.tgt_out.numel()
+        real["src"] += b.n_src_tokens
+        real["tgt"] += b.n_tgt_tokens
+    return {f"{k}_padding_fraction": 1 - real[k] / max(cells[k], 1) for k in cells}
+
+
+def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
+    """End-to-end training tokens/s on Multi30k batches through ``fit`` (one pass over a slice of the train split)."""
+    from workbench.errors import DataError
+    from workbench.model.config import RunConfig
+    from workbench.translation.data import load_multi30k
+    from workbench.translation.tokenizer import SubwordTokenizer
+    from workbench.translation.train import fit
+
+    run = RunConfig.from_flat(
+        limit=600 if quick else (None if device.type == "cuda" else 4000),
+        vocab_size=2000 if quick else 8000,
+        preset="tiny" if quick else ("base" if device.type == "cuda" else "small"),
+        epochs=1, max_tokens=3072 if device.type == "cpu" else 16384, eval_bleu=False, device=str(device),
+        log_every=10**9,
+    )
+    try:
+        train = load_multi30k("train", run.src, run.tgt)
+    except DataError as exc:
+        return {"skipped": f"Multi30k not available: {exc}"}
+    pairs = list(train)[: run.limit]
+    tokenizer = SubwordTokenizer.train(pairs, vocab_size=run.vocab_size, joint=True)
+    torch.manual_seed(0)
+    # the preset as it is (separate source and target embeddings), not build_translator's tied one
+    model = wb.build_model(wb.preset(run.preset), tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.pad_id)
+    cfg = run.train
+    history = fit(model, tokenizer, pairs, pairs[:64], cfg)
+    return {
+        "preset": run.preset,
+        "pairs": len(pairs),
+        "max_tokens": cfg.max_tokens,
+        **padding_fractions(tokenizer, pairs, cfg.max_tokens),
+        "tokens_per_s": history.tokens_per_s[-1],
+        "model_tflops_per_s": history.model_tflops_per_s[-1],
+        "mfu": history.mfu[-1],
+        "seconds": history.elapsed_s[-1],
+    }
+
+
+def sdpa_kernels(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, train: bool, device: torch.device) -> dict[str, int]:
+    """The scaled-dot-product kernels one forward (+ backward in training) dispatches, and in training the number
+    of dropout calls (``"dropout"``: ``nn.Dropout`` modules run with p > 0; ours draw their masks more cheaply on
+    the CPU, see :mod:`workbench.translation.kernels`, so they are counted by module rather than by ATen op)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model.train(train)
+    kernels: dict[str, int] = {}
+
+    def count_dropout(module: nn.Module, _inputs: Any, _out: Any) -> None:
+        if module.training and module.p > 0:
+            kernels["dropout"] = kernels.get("dropout", 0) + 1
+
+    handles = [m.register_forward_hook(count_dropout) for m in model.modules() if isinstance(m, nn.Dropout)]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    try:
+        with profile(activities=activities) as prof, autocast(device), torch.set_grad_enabled(train):
+            out = model(src, tgt)
+            if train:
+                out.float().sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    for ev in prof.events():
+        if "scaled_dot_product" in ev.name and ev.name != "aten::scaled_dot_product_attention":
+            kernels[ev.name] = kernels.get(ev.name, 0) + 1
+    return kernels
+
+
+def suite_sdpa(device: torch.device, quick: bool) -> dict[str, Any]:
+    """The scaled-dot-product-attention kernels our forward actually dispatches to, per mode, and the reference's."""
+    torch.manual_seed(0)
+    cfg = wb.preset("tiny" if quick else "small", dropout=0.1)  # dropout on, as in training
+    model = wb.build_model(cfg, 8000, 8000).to(device)
+    ref = NNTransformer(cfg, 8000).to(device)
+    src, tgt = random_batch(8000, 16, 20, 21, device)
+    return {
+        "train": sdpa_kernels(model, src, tgt, True, device),
+        "eval": sdpa_kernels(model, src, tgt, False, device),
+        "nn.Transformer_train": sdpa_kernels(ref, src, tgt, True, device),
+    }
+
+
+RUNNERS: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
+    "attention": suite_attention,
+    "train_step": suite_train_step,
+    "capture": suite_capture,
+    "decoding": suite_decoding,
+    "e2e": suite_e2e,
+    "sdpa": suite_sdpa,
+}

@@ -1,0 +1,111 @@
+"""Where a result comes from: one record (machine, CPU, threads, torch, git, command, time) for every result file.
+
+Every benchmark report, every ``bench/`` script's JSON and every model card carries :func:`provenance`'s record,
+with the same key names everywhere:
+
+    machine       platform.machine() ("x86_64", "arm64")
+    cpu_model     the CPU's model name from /proc/cpuinfo (None where there is none)
+    cpu_flags     the CPU features that decide which matmul kernels run (AVX-512 BF16, AMX, ...), sorted
+    cpu_count     logical CPUs of the machine
+    threads       torch's intra-op threads when the record was made
+    python, torch versions
+    device        "cpu" or the CUDA device's name
+    commit        the git commit of the checkout the package runs from (None outside a checkout)
+    dirty         True when that checkout has changes, untracked files included (None outside a checkout)
+    command       the command line
+    started_utc   when the record was made (make it before the work, so a commit made meanwhile is not the run's)
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# the CPU flags that decide which matrix-product kernels oneDNN/MKL pick (bf16 and int8 paths, AMX tiles)
+MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_bf16",
+                "amx_fp16", "amx_int8", "amx_tile", "asimd", "sve", "bf16", "i8mm")
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo, or None where there is no such file."""
+    for line in _cpuinfo():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features among :data:`MATMUL_FLAGS` this machine has (empty where /proc/cpuinfo is missing)."""
+    for line in _cpuinfo():
+        if line.startswith(("flags", "Features")):
+            have = set(line.split(":", 1)[1].split())
+            return sorted(f for f in MATMUL_FLAGS if f in have)
+    return []
+
+
+def git_state(cwd: str | Path | None = None) -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout at ``cwd`` (default: the package's).
+
+    Untracked files that git does not ignore count as changes: a result made with a new, uncommitted module is
+    not the commit's result."""
+    where = Path(cwd) if cwd is not None else PACKAGE_DIR
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=normal"], cwd=where,
+                                capture_output=True, text=True, timeout=10)
+        return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def utc_now() -> str:
+    """The time now, UTC, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def provenance(command: list[str] | None = None, cwd: str | Path | None = None,
+               device: str | torch.device = "cpu") -> dict[str, Any]:
+    """The record of where a result comes from (the keys of this module's docstring).
+
+    Args:
+        command: the command line to record (default: the running program's, ``sys.argv``).
+        cwd: the checkout whose git state to record (default: the package's).
+        device: the device the work runs on; a CUDA device is recorded by its name.
+    """
+    dev = torch.device(device)
+    return {
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type,
+        **git_state(cwd),
+        "command": list(sys.argv) if command is None else [str(c) for c in command],
+        "started_utc": utc_now(),
+    }
+
+
+def hardware_line(record: dict[str, Any]) -> str:
+    """One line for a model card: CPU model, cores, threads, torch, device."""
+    return (f"{record.get('cpu_model') or record.get('machine')}, {record.get('cpu_count')} cores, "
+            f"{record.get('threads')} threads, torch {record.get('torch')}, {record.get('device')}")
