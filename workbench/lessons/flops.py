@@ -67,6 +67,38 @@ def forward_flops(
     return cfg.n_enc_layers * enc + cfg.n_dec_layers * dec + generator
 
 
+def decode_step_macs(cfg: ModelConfig, step: int, src_len: int, vocab: int, cached: bool) -> dict[str, int]:
+    """Multiply-adds of the matrix products of one greedy decoding step for one sentence, by part.
+
+    At ``step`` t (counted from 1) the prefix holds t tokens (bos and the t - 1 emitted so far). With the key/value
+    cache (``cached=True``) only the newest token goes through the decoder: its projections, its attention over the t
+    cached keys and the S source positions, its feed-forward and the generator; the cross-attention keys and values
+    of the memory are computed once, at step 1. Without the cache (``cached=False``) every step runs the whole prefix
+    again, as :meth:`~workbench.model.transformer.Transformer.decode` does (all t positions, projected by the
+    generator), and the memory's keys and values again.
+
+    Returns:
+        ``{"projections", "memory_kv", "attention", "feed_forward", "generator", "total"}``: W^Q, W^K, W^V, W^O of
+        the new positions in both attentions; the memory's cross-attention keys and values; scores and weights @ V
+        (the fused attention kernel's share); the feed-forward; the pre-softmax projection; their sum.
+    """
+    if step < 1:
+        raise ValueError(f"step={step}: decoding steps count from 1 (the first step feeds bos)")
+    S, d, f, L = src_len, cfg.d_model, cfg.d_ff, cfg.n_dec_layers
+    inner, inner_v = cfg.n_heads * cfg.head_dim, cfg.n_heads * cfg.value_dim
+    n = 1 if cached else step  # query positions computed this step
+    parts = {
+        "projections": L * (n * d * (2 * inner + inner_v) + n * inner_v * d  # self-attention Q, K, V and W^O
+                            + n * d * inner + n * inner_v * d),  # cross-attention Q and W^O
+        "memory_kv": L * S * d * (inner + inner_v) if not cached or step == 1 else 0,
+        "attention": L * (n * step + n * S) * (inner + inner_v),  # self over the step's t keys, cross over S
+        "feed_forward": L * 2 * n * d * f,
+        "generator": n * d * vocab,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
 def train_step_flops(
     cfg: ModelConfig, batch: int, src_len: int, tgt_len: int, vocab: int, n_projected: int | None = None
 ) -> int:

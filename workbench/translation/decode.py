@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -96,7 +96,8 @@ def _check_src(model: Seq2Seq, src: Tensor) -> None:
 
 @torch.no_grad()
 def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3, max_extra: int = 50,
-                  max_len: int | None = None, use_cache: bool = True) -> Tensor:
+                  max_len: int | None = None, use_cache: bool = True,
+                  on_step: Callable[[int, Tensor, Tensor], None] | None = None) -> Tensor:
     """Pick the most probable token at every step, for a whole batch at once.
 
     Args:
@@ -104,6 +105,8 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
         max_extra: output budget beyond the source length (paper: 50).
         max_len: a fixed output budget instead (tokens, eos included).
         use_cache: reuse keys/values of earlier steps (same result, faster).
+        on_step: called after every step as ``on_step(t, logits, token)`` with the step's next-token logits
+            (B, V) and the tokens emitted (B,) (what :func:`workbench.translation.decode_trace.trace_greedy` records).
 
     Shapes:
         src (B, S) -> (B, T) output ids without bos, eos included, padded with ``model.pad_id`` after eos.
@@ -123,6 +126,8 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
             nxt = torch.where(t + 1 >= limits, torch.full_like(nxt, eos_id), nxt)  # out of budget: end it
             nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
             out = torch.cat([out, nxt[:, None]], dim=1)
+            if on_step is not None:
+                on_step(t, logits, nxt)
             done |= nxt == eos_id
             if bool(done.all()):
                 break
@@ -141,12 +146,21 @@ def beam_search(
     max_len: int | None = None,
     use_cache: bool = True,
     return_scores: bool = False,
+    early_stop: bool = True,
+    on_step: Callable[[dict[str, Tensor]], None] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Batched beam search with GNMT length penalty; hypotheses are ranked by log P / lp at the end.
 
     Finished hypotheses stay in the beam with a frozen score (they only extend with padding). A sentence stops
     as soon as its best finished hypothesis cannot be overtaken (its normalised score beats every unfinished beam's
     best possible one), and the search stops when every sentence has stopped or the length budget is spent.
+
+    ``early_stop=False`` skips that test (the beam runs until every hypothesis has finished or the budget is spent);
+    nothing else depends on ``alpha``, so such a run holds the beam of every step of the search at any ``alpha``.
+    ``on_step`` is called after every step with a dict of the step's tensors: ``candidates`` (B, K*V) the scores of
+    every extension before the top-K choice, ``origin`` (B*K,) the rows the survivors extend, ``token`` (B*K,),
+    ``scores`` (B*K,) summed log-probabilities, ``lengths`` (B*K,) and ``done`` (B*K,) after the step
+    (:func:`workbench.translation.decode_trace.trace_beam` records the search's tree with it).
 
     Shapes:
         src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
@@ -190,7 +204,11 @@ def beam_search(
             # score / lp(limit); once the best finished hypothesis beats that bound, the sentence is decided
             finished_best = torch.where(done, scores / length_penalty(lengths, alpha), float("-inf")).view(B, K).max(-1).values
             bound = torch.where(done, float("-inf"), scores / length_penalty(limits, alpha)).view(B, K).max(-1).values
-            done = done | (finished_best >= bound).repeat_interleave(K)
+            if early_stop:
+                done = done | (finished_best >= bound).repeat_interleave(K)
+            if on_step is not None:
+                on_step({"candidates": cand, "origin": origin, "token": token, "scores": scores, "lengths": lengths,
+                         "done": done, "limits": limits})
             if bool(done.all()):
                 break
         normalised = (scores / length_penalty(lengths, alpha)).view(B, K)
