@@ -88,7 +88,7 @@ def test_run_argv_gives_back_the_run():
     from workbench.tools.cli import run_argv, run_config_from_args
 
     run = RunConfig.from_flat(arch="rnn", preset="tiny", limit=30, train_src="a.de", train_tgt="a.en", vocab_size=500,
-                              max_minutes=2.5, warmup_steps=80, amp=False, compile=True, grad_clip=None, patience=3)
+                              max_minutes=2.5, warmup_steps=80, precision="fp32", compile=True, grad_clip=None, patience=3)
     args = _train_parser().parse_args(["--out", "x", *run_argv(run)])
     assert run_config_from_args(args) == run
     assert run_argv(run)[:2] == ["--src", "de"]  # the run's own settings are spelt out even at their defaults

@@ -35,6 +35,10 @@ class DecodingError(WorkbenchError, ValueError):
     """Invalid decoding settings (beam size, maximum length...)."""
 
 
+class PrecisionError(WorkbenchError, ValueError):
+    """A number format the device cannot run (bf16 asked for on a processor without bf16 support)."""
+
+
 class TrainingError(WorkbenchError, RuntimeError):
     """Training cannot go on (non-finite loss, diverged run...)."""
 

@@ -1,4 +1,5 @@
-"""Seeding, device selection, autocast and parameter counts."""
+"""Seeding, device selection, the number format (fp32 or bf16, and the probe that chooses), autocast and parameter
+counts."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Iterator
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, PrecisionError
+from workbench.model.config import PRECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +57,163 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
+# the CPU flags of bf16 matrix instructions: AMX tiles (Intel Sapphire Rapids and later) first, then the AVX-512 bf16
+# dot products (vdpbf16ps: Intel Cooper Lake, AMD Zen 4 and later), which oneDNN's bf16 matrix products use when
+# there is no AMX; on an AMD EPYC with avx512_bf16 and no AMX they measured about twice the fp32 rate
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+PROBE_MARGIN = 0.95  # "auto" takes bf16 only when its probe time is below this fraction of fp32's (noise margin)
+
+
+def cpu_flags() -> set[str]:
+    """The processor's feature flags (``/proc/cpuinfo``; empty where that cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_bf16_units() -> str | None:
+    """The processor's bf16 matrix instructions (``"amx_bf16"`` or ``"avx512_bf16"``), or None without them (or
+    when this torch's oneDNN cannot use them)."""
+    flags = cpu_flags()
+    unit = next((f for f in BF16_CPU_FLAGS if f in flags), None)
+    if unit is None:
+        return None
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return unit if supported is None or supported() else None
+    except RuntimeError:
+        return None
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The number format a run computes in, and why it was chosen (one line, for the log and the run summary)."""
+
+    name: str  # "fp32" or "bf16" (bf16: autocast products, fp32 master weights, loss and optimizer state)
+    reason: str  # why: asked for, or what the probe measured
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.name == "bf16" else torch.float32
+
+    def to_dict(self) -> dict[str, str]:
+        return {"precision": self.name, "reason": self.reason}
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {precision!r}: choose one of {PRECISIONS} (auto measures bf16 against "
+                          "fp32 where the processor has bf16 matrix units)")
+
+
+def probe_seconds(workload: Callable[[], Any], device: torch.device, rounds: int = 3) -> dict[str, float]:
+    """Median seconds of ``workload()`` in fp32 and under bf16 autocast: one warm-up each, then ``rounds`` rounds
+    alternating which goes first. The global random state is saved and restored around it."""
+    names = ("fp32", "bf16")
+    times: dict[str, list[float]] = {n: [] for n in names}
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        state = (random.getstate(), np.random.get_state())
+        try:
+            for n in names:
+                with autocast(device, n):
+                    workload()
+            for r in range(rounds):
+                for n in names if r % 2 == 0 else names[::-1]:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    t = time.perf_counter()
+                    with autocast(device, n):
+                        workload()
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    times[n].append(time.perf_counter() - t)
+        finally:
+            random.setstate(state[0])
+            np.random.set_state(state[1])
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def choose_precision(precision: str, device: torch.device, probe: Callable[[], Any] | None = None,
+                     what: str = "this model") -> Precision:
+    """Turn ``"auto" | "fp32" | "bf16"`` into the format a run uses on ``device``, with the reason.
+
+    * ``fp32``: fp32 everywhere.
+    * ``bf16``: bf16 autocast on CUDA; on the CPU only where the processor has bf16 matrix units
+      (:func:`cpu_bf16_units`), else :class:`PrecisionError` (never a silent fallback); not on MPS.
+    * ``auto``: bf16 on CUDA (as before); fp32 on MPS; on the CPU bf16 only where the processor has bf16 matrix
+      units *and* ``probe`` (the run's own work, e.g. one training step of the model on a batch of the recipe's
+      size) runs at most :data:`PROBE_MARGIN` of its fp32 time under bf16 (:func:`probe_seconds`), else fp32.
+      Without a probe, ``auto`` on the CPU is fp32.
+    """
+    _check_precision(precision)
+    if precision == "fp32":
+        return Precision("fp32", "fp32 as asked")
+    if device.type == "cuda":
+        return Precision("bf16", "bf16 autocast on CUDA" + (" as asked" if precision == "bf16" else " (auto)"))
+    if device.type != "cpu":
+        if precision == "bf16":
+            raise PrecisionError(f"--precision bf16 is not supported on {device.type}: run with --precision fp32")
+        return Precision("fp32", f"auto: fp32 on {device.type}")
+    unit = cpu_bf16_units()
+    if precision == "bf16":
+        if unit is None:
+            raise PrecisionError(f"--precision bf16: this processor ({_cpu_name()}) has no bf16 matrix units (none "
+                                 f"of {', '.join(BF16_CPU_FLAGS)} among its flags): run with --precision fp32, or "
+                                 "--precision auto")
+        return Precision("bf16", f"bf16 as asked (the CPU has {unit})")
+    if unit is None:
+        return Precision("fp32", f"auto: fp32, this CPU has no bf16 matrix units (none of {', '.join(BF16_CPU_FLAGS)})")
+    if probe is None:
+        return Precision("fp32", f"auto: fp32, the CPU has {unit} but nothing was measured")
+    s = probe_seconds(probe, device)
+    ratio = s["bf16"] / s["fp32"]
+    name = "bf16" if ratio <= PROBE_MARGIN else "fp32"
+    return Precision(name, f"auto: {name}, the CPU has {unit} and {what} took {1e3 * s['bf16']:.0f} ms in bf16 vs "
+                           f"{1e3 * s['fp32']:.0f} ms in fp32 ({ratio:.2f}x; bf16 needs <= {PROBE_MARGIN})")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 @contextlib.contextmanager
-def autocast(device: torch.device, enabled: bool = True) -> Iterator[None]:
-    """bf16 autocast on CUDA (and MPS where supported); a no-op on CPU."""
-    if enabled and device.type == "cuda":
+def autocast(device: torch.device, enabled: bool | str | Precision = True) -> Iterator[None]:
+    """The autocast a precision asks for on ``device``.
+
+    ``enabled`` is a precision (``"bf16"``/``"fp32"`` or a :class:`Precision`): bf16 autocast on CUDA and on the
+    CPU, nothing for fp32; or a bool, the older form: ``True`` is bf16 on CUDA only (a no-op on the CPU).
+    """
+    name = enabled.name if isinstance(enabled, Precision) else enabled
+    if name == "bf16" and device.type in ("cuda", "cpu"):
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            yield
+    elif name is True and device.type == "cuda":
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
             yield
     else:
+        yield
+
+
+@contextlib.contextmanager
+def full_precision() -> Iterator[None]:
+    """No autocast inside, on any device: what inspection runs in (attention capture, interventions, attribution),
+    so its figures are fp32 whatever precision a surrounding run uses."""
+    with contextlib.ExitStack() as stack:
+        for device_type in ("cpu", "cuda"):
+            if torch.is_autocast_enabled(device_type):
+                stack.enter_context(torch.autocast(device_type=device_type, enabled=False))
         yield
 
 

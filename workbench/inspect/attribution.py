@@ -40,6 +40,7 @@ from workbench.errors import AttributionError
 from workbench.inspect.align import alignment_agreement, ibm1_align, word_attention, word_spans
 from workbench.inspect.flow import rollout_from_cache
 from workbench.inspect.inspection import inspect_translation
+from workbench.runtime import full_precision
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients")
 SIGNED = {"saliency": False, "input_x_gradient": True, "integrated_gradients": True}
@@ -203,7 +204,7 @@ def attribute(
         else:
             with torch.no_grad():
                 base = source_embeddings(model, torch.full_like(src1, int(baseline))).expand(N, -1, -1).contiguous()
-        with torch.enable_grad():
+        with torch.enable_grad(), full_precision():  # fp32 gradients, whatever a surrounding run uses
             value = f(x, *args).detach()
             baseline_value = delta = None
             if method == "integrated_gradients":

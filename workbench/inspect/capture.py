@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from workbench.model.hook_points import HookPoint, hook_points, n_hooks, tap
+from workbench.runtime import full_precision
 
 __all__ = [
     "FIELDS", "KINDS", "RESID_KINDS", "SITES", "AttentionCache", "HookPoint", "capture_attention", "hook_points",
@@ -192,7 +193,8 @@ def capture_attention(
                     cache._record(kind, layer, field, out)
 
                 handles.append(hook.register_forward_hook(record))
-        yield cache
+        with full_precision():  # what the inspector shows is fp32, whatever precision a surrounding run uses
+            yield cache
     finally:
         for handle in handles:
             handle.remove()

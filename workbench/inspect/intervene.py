@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from workbench.errors import InterventionError
 from workbench.inspect.capture import AttentionCache, capture_attention, sites
 from workbench.model.hook_points import HookPoint
+from workbench.runtime import full_precision
 
 HEAD_KINDS = ("enc_self", "dec_self", "cross")
 ABLATION_MODES = ("zero", "mean")
@@ -159,7 +160,8 @@ def ablate_heads(
                 return torch.where(off, f, z)  # (B, H, Tq, d_v)
 
             handles.append(block.hook_z.register_forward_hook(replace))
-        yield [(kind, layer, h) for (kind, layer), hs in grouped.items() for h in hs]
+        with full_precision():  # interventions measure fp32 outputs, whatever precision a surrounding run uses
+            yield [(kind, layer, h) for (kind, layer), hs in grouped.items() for h in hs]
     finally:
         for handle in handles:
             handle.remove()

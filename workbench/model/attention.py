@@ -88,7 +88,14 @@ def scaled_dot_product_attention(
         attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         return attn @ v, weights  # (B, H, Tq, d_v)
 
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled() and q.requires_grad:
+        # CPU bf16 training: this torch's bf16 flash-attention backward on the CPU took 8x the fp32 one's time (the
+        # `small` step, torch 2.13), so the attention itself runs in fp32 there, the products around it in bf16
+        with torch.autocast("cpu", enabled=False):
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p,
+                                                 is_causal=is_causal).to(q.dtype)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
     if mask is not None and not _fused_zeroes_empty_rows(q.device):
         out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     if (scores_hook is not None and scores_hook.active()) or (pattern_hook is not None and pattern_hook.active()):

@@ -14,6 +14,7 @@ from typing import Any
 from workbench.errors import ConfigError
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+PRECISIONS = ("auto", "fp32", "bf16")  # the number formats of a run (workbench.runtime.choose_precision)
 ACTIVATIONS = ("relu", "gelu")
 
 
@@ -149,7 +150,7 @@ class TrainConfig:
     bleu_max_sentences: int | None = 500  # val sentences decoded for BLEU per epoch (None: all)
     seed: int = 0  # seeds parameters, dropout and batch order
     device: str = "auto"  # "auto" picks CUDA, then MPS, else CPU
-    amp: bool = True  # bf16 autocast on accelerators (never on CPU)
+    precision: str = "auto"  # auto, fp32 or bf16: auto is bf16 on CUDA, and on a CPU with bf16 matrix units where a probe measures it faster
     compile: bool = False  # torch.compile the model (for GPU runs; slower than eager on the CPU, measured)
     log_every: int = 50  # optimizer steps between progress-bar updates of the loss
     checkpoint_every: int | None = None  # also save a checkpoint every N optimizer steps (for averaging)
@@ -172,6 +173,7 @@ class TrainConfig:
         _check(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
         _check(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
         _check(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")
+        _check(self.precision in PRECISIONS, "precision", self.precision, f"choose one of {PRECISIONS}")
         _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints,
                "keep 1 or more numbered checkpoints (5 for the paper's averaging)")
 
@@ -224,17 +226,19 @@ class RunConfig:
                "use a positive vocabulary size such as 8000")
         _check(self.dropout is None or _is_probability(self.dropout), "dropout", self.dropout,
                "use a probability in [0, 1), such as 0.1 or 0.3, or None for the preset's")
+        own = {f.name for f in dataclasses.fields(self)}
         for name, allowed in self.choices().items():
-            _check(getattr(self, name) in allowed, name, getattr(self, name), f"choose one of {allowed}")
+            if name in own:  # the recipe's (precision) are checked by TrainConfig
+                _check(getattr(self, name) in allowed, name, getattr(self, name), f"choose one of {allowed}")
         _check(isinstance(self.train, TrainConfig), "train", type(self.train).__name__, "pass a TrainConfig")
         self.train.check_budget()
 
     @staticmethod
     def choices() -> dict[str, list[str]]:
-        """The allowed values of the fields that have a fixed set: the architectures and the presets."""
+        """The allowed values of the fields that have a fixed set: the architectures, the presets, the precisions."""
         from workbench.model.registry import architectures
 
-        return {"arch": architectures(), "preset": list(PRESETS)}
+        return {"arch": architectures(), "preset": list(PRESETS), "precision": list(PRECISIONS)}
 
     @classmethod
     def flat_fields(cls) -> list[dataclasses.Field]:

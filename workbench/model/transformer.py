@@ -169,7 +169,12 @@ class Embedding(nn.Module):
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Shapes: (B, T) ids -> (B, T, d_model)."""
-        return self.dropout(self.positional(self.tokens(tokens) * self.scale, offset=offset))
+        x = self.positional(self.tokens(tokens) * self.scale, offset=offset)  # (B, T, d_model)
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # CPU bf16: the whole residual stream in bf16 (LayerNorm keeps its input's dtype there), not fp32 with
+            # a cast before every matrix product; CUDA autocast keeps its own policy
+            x = x.to(torch.get_autocast_dtype("cpu"))
+        return self.dropout(x)
 
 
 class Transformer(nn.Module):

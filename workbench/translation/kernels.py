@@ -188,16 +188,72 @@ class _ProjectedLabelSmoothedCE(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None
 
 
+class _ProjectedLabelSmoothedCEBF16(torch.autograd.Function):
+    """The bf16 form of :class:`_ProjectedLabelSmoothedCE` for a CPU with bf16 matrix units.
+
+    The three products (the projection, and the two of the backward) run in bf16 with fp32 accumulation; the
+    log-sum-exp, the loss and the softmax are computed in fp32 chunk by chunk, and only the finished gradient
+    ``softmax(z) - q`` is stored, in bf16, in one (N, V) buffer, so the backward is two single products instead of
+    one per chunk. The weight is cast to bf16 once per call; its gradient and the loss come back in fp32 (the
+    master weights and the loss stay fp32).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float) -> Tensor:  # type: ignore[override]
+        N, V = hidden.shape[0], weight.shape[0]
+        rows = max(1, _CHUNK_ELEMENTS // V)
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        h16, w16 = hidden.to(torch.bfloat16), weight.to(torch.bfloat16)  # (N, d_model), (V, d_model)
+        grads = torch.empty(N, V, dtype=torch.bfloat16) if need_grad else None  # (N, V) d loss / d logits
+        loss = torch.zeros((), dtype=torch.float32)
+        for start in range(0, N, rows):
+            z = torch.mm(h16[start : start + rows], w16.t()).float()  # (c, V) fp32 logits
+            t = targets[start : start + rows, None]  # (c, 1)
+            lse = torch.logsumexp(z, dim=-1)  # (c,)
+            loss += (lse - (1.0 - eps) * z.gather(1, t).squeeze(1) - (eps / V) * z.sum(-1)).sum()
+            if grads is not None:
+                z.sub_(lse[:, None]).exp_().sub_(eps / V)  # softmax - eps / V
+                z.scatter_add_(1, t, z.new_full(t.shape, eps - 1.0))  # ... - (1 - eps) at the target
+                grads[start : start + rows].copy_(z)
+        ctx.save_for_backward(h16, w16)
+        ctx.grads, ctx.hidden_dtype, ctx.weight_dtype = grads, hidden.dtype, weight.dtype
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:  # type: ignore[override]
+        h16, w16 = ctx.saved_tensors
+        g, ctx.grads = ctx.grads, None  # (N, V) bf16
+        scale = grad.to(torch.bfloat16)
+        grad_hidden = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = torch.mm(g, w16).mul_(scale).to(ctx.hidden_dtype)  # (N, d_model)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.mm(g.t(), h16).to(ctx.weight_dtype).mul_(grad)  # (V, d_model) fp32
+        return grad_hidden, grad_weight, None, None
+
+
+def _cpu_bf16(*tensors: Tensor) -> bool:
+    """True when the CPU's bf16 path applies: bf16 inputs, or CPU autocast to bf16 around the call."""
+    return (any(t.dtype == torch.bfloat16 for t in tensors)
+            or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16))
+
+
 def projected_label_smoothed_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor,
                                            eps: float = 0.1) -> Tensor:
     """``label_smoothed_cross_entropy(hidden @ weight.T, targets, eps)`` without materialising the (N, V) logits.
 
     On the CPU the projection and the loss run fused, in row chunks of about 2^20 logits, with the gradient
-    written in closed form during the forward (call ``backward`` once); elsewhere, or for non-fp32 inputs, it is
-    the plain projection and ``F.cross_entropy``.
+    written in closed form during the forward (call ``backward`` once). Under CPU autocast to bf16 (or for bf16
+    inputs) the products run in bf16 (:class:`_ProjectedLabelSmoothedCEBF16`), the loss and the softmax in fp32.
+    Elsewhere, or for other dtypes, it is the plain projection and ``F.cross_entropy``.
 
     Shapes: hidden (N, d_model) of real targets only, weight (V, d_model), targets (N,) -> scalar.
     """
-    if hidden.device.type != "cpu" or _compiling() or hidden.dtype != torch.float32 or weight.dtype != torch.float32:
+    if hidden.device.type != "cpu" or _compiling():
+        return F.cross_entropy((hidden @ weight.t()).float(), targets, label_smoothing=eps, reduction="sum")
+    if _cpu_bf16(hidden, weight):
+        with torch.autocast("cpu", enabled=False):  # the Function casts what it needs, once
+            return _ProjectedLabelSmoothedCEBF16.apply(hidden, weight, targets, float(eps))
+    if hidden.dtype != torch.float32 or weight.dtype != torch.float32:
         return F.cross_entropy((hidden @ weight.t()).float(), targets, label_smoothing=eps, reduction="sum")
     return _ProjectedLabelSmoothedCE.apply(hidden, weight, targets, float(eps))

@@ -100,6 +100,8 @@ def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/
         "last_val_bleu": history.val_bleu[-1] if history.val_bleu else None,
         "seconds": round(time.perf_counter() - start, 1),
         "stopped_reason": history.stopped_reason,
+        "precision": history.precision,
+        "precision_reason": history.precision_reason,
         "out_dir": str(out),
     }
     import torch.distributed as dist
@@ -110,25 +112,32 @@ def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/
 
 
 def score(model: torch.nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int = 1, alpha: float = 0.6,
-          device: str | torch.device = "cpu", keep_hypotheses: bool = False) -> dict[str, Any]:
+          device: str | torch.device = "cpu", keep_hypotheses: bool = False, precision: str | Any = "fp32",
+          ) -> dict[str, Any]:
     """The one scoring function: sacreBLEU (with its signature), chrF and tokenized lower-cased BLEU of a model's
     translations of ``pairs`` (greedy for ``beam=1``, else beam search with length penalty ``alpha``).
 
-    Returns ``{"bleu", "signature", "chrf", "tok_bleu", "n_sentences", "decode_seconds"}``, and the translations
-    as ``"hypotheses"`` when ``keep_hypotheses``. The release, ``workbench evaluate`` and the ``bench/`` scripts all
+    ``precision``: decoding's number format, ``"fp32"`` (the default, the cards' scores), ``"bf16"`` or ``"auto"``
+    (:func:`workbench.translation.decode.decoding_precision`).
+
+    Returns ``{"bleu", "signature", "chrf", "tok_bleu", "n_sentences", "decode_seconds", "precision",
+    "precision_reason"}``, and the translations as ``"hypotheses"`` when ``keep_hypotheses``. The release, ``workbench evaluate`` and the ``bench/`` scripts all
     score with it.
     """
-    from workbench.translation.decode import translate
+    from workbench.translation.decode import decoding_precision, translate
     from workbench.translation.metrics import chrf, corpus_bleu, tokenized_bleu
 
+    sources = [s for s, _ in pairs]
+    chosen = decoding_precision(model, tokenizer, sources, beam, precision, device)
     start = time.perf_counter()
-    hyps = translate(model, tokenizer, [s for s, _ in pairs], beam=beam, alpha=alpha, device=device, progress=True)
+    hyps = translate(model, tokenizer, sources, beam=beam, alpha=alpha, device=device, progress=True,
+                     precision=chosen)
     seconds = time.perf_counter() - start
     refs = [t for _, t in pairs]
     bleu = corpus_bleu(hyps, refs)
     result = {"bleu": round(bleu.score, 2), "signature": bleu.signature, "chrf": round(chrf(hyps, refs).score, 2),
               "tok_bleu": round(tokenized_bleu(hyps, refs).score, 2), "n_sentences": len(pairs),
-              "decode_seconds": round(seconds, 1)}
+              "decode_seconds": round(seconds, 1), "precision": chosen.name, "precision_reason": chosen.reason}
     return {**result, "hypotheses": hyps} if keep_hypotheses else result
 
 
@@ -143,10 +152,13 @@ def evaluate_checkpoint(
     src: str | None = None,
     tgt: str | None = None,
     write_hypotheses: bool = True,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split.
 
     ``alpha``: beam search's length penalty; None takes a shipped model's card's (chosen on val), else 0.6.
+    ``precision``: the decoding's number format, ``"fp32"`` (the cards' scores), ``"bf16"`` or ``"auto"``
+    (:func:`workbench.translation.decode.translate`); the result says which ran and why.
     """
     from workbench.runtime import resolve_device
     from workbench.translation.shipped import default_alpha, is_pretrained_name, load_any
@@ -158,7 +170,8 @@ def evaluate_checkpoint(
     src = src or meta.get("src_lang", "de")
     tgt = tgt or meta.get("tgt_lang", "en")
     pairs = load_pairs(split, src, tgt, data_dir, limit)
-    scores = score(model, tokenizer, pairs, beam=beam, alpha=alpha, device=dev, keep_hypotheses=True)
+    scores = score(model, tokenizer, pairs, beam=beam, alpha=alpha, device=dev, keep_hypotheses=True,
+                   precision=precision)
     hyps = scores.pop("hypotheses")
     result = {"split": split, "src": src, "tgt": tgt, "beam": beam, "alpha": alpha if beam > 1 else None, **scores,
               "checkpoint": str(checkpoint)}
@@ -226,6 +239,8 @@ def get_translator(
         return load_model(checkpoint)
     if minutes is None and max_steps is None:
         raise ConfigError("get_translator needs a budget: pass max_steps (optimizer steps) or minutes, or both")
+    # the lessons' models train in fp32 unless asked: the same model on every machine, whatever its bf16 units
+    train_overrides.setdefault("precision", "fp32")
     run_cfg = RunConfig.from_flat(preset=preset_name, src=src, tgt=tgt, limit=limit, vocab_size=vocab_size, arch=arch,
                                   data_dir=data_dir, epochs=None, max_minutes=minutes, max_steps=max_steps, seed=seed,
                                   **train_overrides)

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from workbench.errors import TrainingError
 from workbench.lessons.flops import model_train_flops, peak_flops
 from workbench.model.config import TrainConfig
-from workbench.runtime import adam, autocast, resolve_device, set_seed
+from workbench.runtime import Precision, adam, autocast, choose_precision, resolve_device, set_seed
 from workbench.translation.batching import Batch, make_batch, token_batches
 from workbench.translation.kernels import (
     label_smoothed_cross_entropy,
@@ -115,6 +115,8 @@ class History:
     step_loss: list[float] = field(default_factory=list)  # training loss at those steps
     best_epoch: int | None = None  # epoch (1-based) with the lowest validation loss
     stopped_reason: str = ""  # "epochs", "max steps", "time budget", "early stopping"
+    precision: str = ""  # the number format training ran in: "fp32" or "bf16" (TrainConfig.precision resolved)
+    precision_reason: str = ""  # why that one (asked for, or what the start-up probe measured)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -197,6 +199,7 @@ class _Run:
     step: int  # optimizer steps taken
     t0: float  # the clock at step 0 (a resumed run counts its earlier training time)
     peak: float | None  # the device's peak FLOP/s, for the MFU figure (None: unknown)
+    precision: Precision  # the number format of the training steps (and why)
     best: float  # lowest validation loss so far
     bad_epochs: int  # epochs since that lowest validation loss
 
@@ -295,6 +298,8 @@ def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, st
     if resume and out is not None and (out / "last.pt").exists():
         history, step, start_epoch = _resume(out / "last.pt", model, optimizer, scheduler, device)
     net, pad_multiple = _wrap(model, cfg, distributed, device)
+    precision = _choose_precision(model, cfg, device, train_src, train_tgt, pad_id, distributed, history)
+    history.precision, history.precision_reason = precision.name, precision.reason
 
     t0 = time.perf_counter() - (history.elapsed_s[-1] if history.elapsed_s else 0.0)
     peak = peak_flops(device)  # for the MFU figure (None on a CPU unless WORKBENCH_PEAK_TFLOPS is set)
@@ -303,9 +308,44 @@ def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, st
     run = _Run(model=model, net=net, tokenizer=tokenizer, cfg=cfg, device=device, optimizer=optimizer,
                scheduler=scheduler, train_src=train_src, train_tgt=train_tgt, val_pairs=val_pairs,
                val_batches=val_batches, out=out, meta=meta, distributed=distributed, rank=rank, world=world,
-               pad_multiple=pad_multiple, history=history, step=step, t0=t0, peak=peak, best=best,
-               bad_epochs=bad_epochs)
+               pad_multiple=pad_multiple, history=history, step=step, t0=t0, peak=peak, precision=precision,
+               best=best, bad_epochs=bad_epochs)
     return run, start_epoch
+
+
+def _choose_precision(model: nn.Module, cfg: TrainConfig, device: torch.device, train_src: list[list[int]],
+                      train_tgt: list[list[int]], pad_id: int, distributed: bool, history: History) -> Precision:
+    """``cfg.precision`` resolved on ``device`` (:func:`workbench.runtime.choose_precision`), logged in one line.
+
+    ``auto`` on a CPU with bf16 matrix units probes one training step (forward, loss, backward) of a copy of the
+    model on a batch of the recipe's size, from the training data, in fp32 and in bf16; the model, its gradients and
+    the random state are left as they were. Under ``torchrun`` every rank trains in fp32 if any rank chose it. A
+    resumed ``auto`` run keeps the format it started in (``history.precision``), so it goes on as it began.
+    """
+    if cfg.precision == "auto" and history.precision:
+        precision = Precision(history.precision, f"resumed in the run's format ({history.precision_reason})")
+        log.info("precision %s: %s", precision.name, precision.reason)
+        return precision
+    probe = None
+    if cfg.precision == "auto" and device.type == "cpu":
+        import copy
+
+        idx = token_batches([len(s) for s in train_src], [len(t) - 1 for t in train_tgt], cfg.max_tokens,
+                            shuffle=False)
+        b_idx = idx[len(idx) // 2]  # a batch of middling lengths, as full as the recipe's
+        batch = make_batch([train_src[j] for j in b_idx], [train_tgt[j] for j in b_idx], pad_id)
+        shadow = use_fast_dropout(copy.deepcopy(model)).train()
+
+        def probe() -> None:
+            loss_sum, n_tok = step_loss(shadow, shadow, batch, pad_id, cfg.label_smoothing)
+            (loss_sum / max(n_tok, 1)).backward()
+            shadow.zero_grad(set_to_none=True)
+
+    precision = choose_precision(cfg.precision, device, probe, what="a training step")
+    if _any_rank(precision.name == "fp32", distributed, device) and precision.name != "fp32":
+        precision = Precision("fp32", precision.reason + "; fp32 because another rank chose it")
+    log.info("precision %s: %s", precision.name, precision.reason)
+    return precision
 
 
 def _optimizer_and_schedule(model: nn.Module, cfg: TrainConfig, device: torch.device) -> tuple[torch.optim.Optimizer, Any]:
@@ -391,7 +431,7 @@ def _forward_backward(run: _Run, epoch: int, b_idx: list[int], totals: _EpochTot
                        run.pad_multiple, run.max_len)
     if run.device.type == "cuda":
         batch = batch.pin_memory().to(run.device, non_blocking=True)
-    with autocast(run.device, cfg.amp):
+    with autocast(run.device, run.precision):
         loss_sum, n_tok = step_loss(run.net, run.model, batch, run.pad_id, cfg.label_smoothing)
     totals.flops += model_train_flops(run.model, batch.src, batch.tgt_in, n_projected=n_tok) or 0
     loss = loss_sum / max(n_tok, 1)
