@@ -196,3 +196,23 @@ def test_decoding_figures_draw_the_trace():
     assert list(fig.data[-1].y) == [-1, -0.4]
     with pytest.raises(FigureInputError, match="not among"):
         df.alpha_figure([0.0, 1.0], {"a": [-1, -0.5]}, ["a", "c"])
+
+
+def test_length_penalty_explorer_follows_its_slider():
+    from workbench.viz.decoding_widgets import LengthPenaltyExplorer
+
+    model = _tiny(0, eos_bias=0.5)
+    for seed in range(20):  # a sentence whose winner changes with alpha
+        src = torch.randint(4, 30, (1, 6), generator=torch.Generator().manual_seed(seed))
+        trace = trace_beam(model, src, beam=4, max_extra=6)
+        if len({rerank(trace, a).winner for a in (0.0, 3.0)}) == 2:
+            break
+    else:
+        pytest.fail("no sentence of the 20 tried changes winner between alpha 0 and 3")
+    explorer = LengthPenaltyExplorer(trace, lambda ids: " ".join(map(str, ids)), alpha=0.0)
+    first = explorer.ranking.winner
+    explorer.slider.value = 3.0
+    assert explorer.ranking.winner != first and explorer.ranking.winner == rerank(trace, 3.0).winner
+    colors = list(explorer.figure.data[0].marker.color)
+    assert colors.count("#c53030") == (1 if explorer.ranking.winner in trace.finished() else 0)
+    assert list(explorer.figure.data[0].x) == [rerank(trace, 3.0).normalised[i] for i in trace.finished()]
