@@ -1,8 +1,9 @@
-"""Benchmark: train a translator on Multi30k with the README's recipe under a wall-clock budget, then report BLEU.
+"""Benchmark: train a translator on Multi30k with the benchmarked CPU recipe under a time budget, then report BLEU.
 
     python bench/translate_multi30k.py --out runs/bench-small [--json bench/results/NAME.json]
 
-The defaults are the README's "benchmarked CPU recipe", and training runs through the same command:
+The defaults are the "benchmarked CPU recipe" of the book's command-line page (workbench/book_src/command-line.md),
+and training runs through the same command:
 
     workbench train --preset small --src de --tgt en --out runs/small --max-minutes 41 \
         --max-tokens 3072 --warmup 800 --lr-factor 1.0 --checkpoint-every 150

@@ -320,8 +320,8 @@ metrics.update(mean_length_by_alpha={str(a): v for a, v in mean_len.items()}, re
 # %% [markdown]
 # ## 7 · Where our recipe departs from the paper, and why
 #
-# The CPU recipe in the README (`workbench train --preset small --max-tokens 3072 --warmup 800 --lr-factor 1.0
-# --checkpoint-every 150`) keeps the paper's formulas and changes the sizes to what one CPU can train in tens of
+# The benchmarked CPU recipe of the command-line reference (`workbench train --preset small --max-tokens 3072
+# --warmup 800 --lr-factor 1.0 --checkpoint-every 150`) keeps the paper's formulas and changes the sizes to what one CPU can train in tens of
 # minutes. The parameter counts are computed (on the `meta` device) for an 8,000-token joint vocabulary, ours, and
 # for the paper's 37,000.
 

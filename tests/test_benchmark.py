@@ -15,7 +15,7 @@ import torch
 
 import workbench as wb
 from workbench.inspect.capture import HookPoint, hooks_remaining
-from workbench.tools import benchmark, provenance
+from workbench.tools import bench_suites, benchmark, provenance
 from workbench.tools.bench_suites import race, random_batch, sdpa_kernels
 from workbench.tools.rivals import NNTransformer, dropout_sites, without_hook_points
 
@@ -36,7 +36,10 @@ def test_reference_has_our_dropout_sites_and_parameter_count(cfg):
 
 
 def test_reference_dispatches_our_attention_kernel_and_dropout_calls():
-    """Profiled on tiny with dropout on: the same fused SDPA kernels and the same number of dropout draws."""
+    """Profiled on tiny with dropout on, both models as built (each with ``nn.Dropout``): the same fused SDPA kernels
+    (by name and count) and as many dropout *sites* run (``nn.Dropout`` module calls). It does not compare how the
+    masks are drawn: in training ours draws them with a cheaper CPU kernel (``kernels.py``), which the as-trained
+    ratio includes and the model-only ratio leaves out."""
     torch.manual_seed(0)
     cfg = wb.preset("tiny", dropout=0.1)
     src, tgt = random_batch(300, 8, 9, 8, torch.device("cpu"))
@@ -103,7 +106,7 @@ def test_report_says_where_it_comes_from(tmp_path):
     assert provenance.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a checkout
 
 
-# -- bench/translate_multi30k.py: the README's recipe, validation first, test once --------------------------------
+# -- bench/translate_multi30k.py: the documented recipe, validation first, test once --------------------------------
 def _script():
     spec = importlib.util.spec_from_file_location("translate_multi30k", REPO / "bench" / "translate_multi30k.py")
     module = importlib.util.module_from_spec(spec)
@@ -111,9 +114,14 @@ def _script():
     return module
 
 
+DOC_PAGES = REPO / "workbench" / "book_src"  # the book's pages: the command line and benchmarks moved there
+
+
 def _readme_command(starts: str, marker: str | None = None) -> list[str]:
-    """The README's command line that starts with ``starts`` (and, if given, carries the comment ``marker``)."""
-    lines = (REPO / "README.md").read_text().splitlines()
+    """The documented command line (the book's command-line and benchmarks pages) that starts with ``starts`` (and,
+    if given, carries the comment ``marker``)."""
+    lines = [ln for page in ("command-line.md", "benchmarks.md")
+             for ln in (DOC_PAGES / page).read_text(encoding="utf-8").splitlines()]
     for i, line in enumerate(lines):
         if line.startswith(starts) and (marker is None or any(marker in x for x in lines[i : i + 4])):
             parts = [line]
@@ -121,7 +129,7 @@ def _readme_command(starts: str, marker: str | None = None) -> list[str]:
                 i += 1
                 parts.append(lines[i])
             return shlex.split(" ".join(p.split("#")[0].rstrip().rstrip("\\") for p in parts))
-    raise AssertionError(f"no README command starting with {starts!r}")
+    raise AssertionError(f"no documented command starting with {starts!r}")
 
 
 def test_translate_benchmark_trains_with_the_readme_recipe():
@@ -183,10 +191,11 @@ def _readme_table():
     return module
 
 
-def test_readme_figures_are_the_committed_results():
-    """The README's block of measured figures is exactly what bench/readme_table.py renders from bench/results/."""
+def test_benchmarks_page_figures_are_the_committed_results():
+    """The Benchmarks page's block of measured figures is exactly what bench/readme_table.py renders from
+    bench/results/."""
     table = _readme_table()
-    assert table.readme_block() == table.render(REPO / "bench" / "results"), "run: python bench/readme_table.py --write"
+    assert table.page_block() == table.render(REPO / "bench" / "results"), "run: python bench/readme_table.py --write"
 
 
 def test_readme_table_renders_each_figure_with_its_file(tmp_path):
@@ -210,7 +219,12 @@ def test_readme_table_renders_each_figure_with_its_file(tmp_path):
     out = table.render(tmp_path)
     rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines() if line.startswith("| ")}
     # the row now says how the sides were raced ("eager" for a report without compiled variants); same figures
-    assert "| 0.88 / 1.03 | `cpu.json` |" in rows["training step, ours ÷ `nn.Transformer`, same dropout placement, eager (tiny / small)"]
+    as_trained = next(v for k, v in rows.items() if k.startswith("training step as trained, ours ÷ `nn.Transformer` "
+                                                                  "(tiny / small; eager)"))
+    assert "| 0.88 / 1.03 | `cpu.json` |" in as_trained
+    assert "same dropout" not in as_trained and "different kernels" in as_trained  # the dropout kernels differ: said
+    # a report without the model-only rival says so instead of inventing the ratio
+    assert "not measured" in next(v for k, v in rows.items() if k.startswith("training step, model only"))
     assert "+0.4 % / -0.3 %" in next(v for k, v in rows.items() if k.startswith("hook points"))
     assert "4 123 tokens/s, 110 GFLOP/s" in next(v for k, v in rows.items() if k.startswith("end-to-end"))
     assert "5.0 % / 5.1 %" in next(v for k, v in rows.items() if k.startswith("padding"))
@@ -235,7 +249,7 @@ def test_readme_table_renders_compiled_rivals_and_a_step_profile(tmp_path):
     (tmp_path / "cpu.json").write_text(json.dumps(bench))
     (tmp_path / "profile.json").write_text(json.dumps(profile))
     out = table.render(tmp_path)
-    assert "each side's fastest of eager and compiled (small) | 0.83 |" in out
+    assert "(small; each side's fastest of eager and compiled)" in out and "| 0.83 | `cpu.json` |" in out
     assert "0.500 / 0.690 s, 0.660 / 0.600 s" in out
     assert "| 350 / 20 / 11 / 6 / 25 / 88 = 500 | `profile.json` |" in out
 
@@ -264,6 +278,29 @@ def test_readme_table_renders_an_attention_vs_attribution_report(tmp_path):
     assert "`python bench/attention_vs_attribution.py`" in out
 
 
+def test_table_renders_the_model_only_ratio_and_the_ablation_controls(tmp_path):
+    table = _readme_table()
+    row = {"preset": "small", "ratio_ours_over_nn": 0.75, "ratio_model_only": 0.9612, "rounds": []}
+    (tmp_path / "cpu.json").write_text(json.dumps({"suites": ["train_step"], "commit": "0123456789abcdef",
+                                                   "command": ["x"], "train_step": {"rows": [row]}}))
+    out = table.render(tmp_path)
+    assert any("model only" in r and "| 0.96 | `cpu.json` |" in r for r in out.splitlines())
+    stat = {"mean": 0.1, "se": 0.01}
+    keys = [f"spearman/integrated_gradients/{c}" for c in ("cross last", "cross mean", "rollout", "diagonal", "random")]
+    keys += [f"align/{c}" for c in ("cross last", "rollout", "integrated_gradients", "uniform")]
+    report = {"sentences": 10, "split": "test_2016_flickr", "ig_steps": 32, "command": ["x"],
+              "agreement": dict.fromkeys(keys, stat), "ig_completeness": {"relative_error": 0.05},
+              "ablation": {"most_agreeing_heads": [["cross", 2, 6]] * 4, "logprob_drop_random_mean": 0.0504,
+                           "logprob_drop_random_sets": [0.0161, 0.2362, 0.05],
+                           "logprob_drop": {"most agreeing": 0.1081, "least agreeing": 0.0128,
+                                            "layer-matched, least agreeing": 0.1596}}}
+    (tmp_path / "cpu.json").unlink()
+    (tmp_path / "agreement.json").write_text(json.dumps(report))
+    ablation = next(r for r in table.render(tmp_path).splitlines() if "cross heads off" in r)
+    assert "layer-matched control" in ablation and "range over 3" in ablation
+    assert "| 0.108 / 0.160 / 0.050 (0.016 – 0.236) / 0.013 |" in ablation
+
+
 def test_readme_table_says_when_an_attribution_report_measured_earlier_shipped_weights(tmp_path):
     from workbench.translation import shipped
 
@@ -289,7 +326,8 @@ def _cited_results() -> dict[str, set[str]]:
     """``bench/results/...`` paths named in the README, the package, the notebooks and the bench scripts (templates with
     NAME, ``*``, ``{...}`` or ``<...>`` and a command's ``--json`` destination left out), each with the files that name
     it."""
-    sources = [REPO / "README.md", *sorted((REPO / "workbench").rglob("*.py")), *sorted((REPO / "notebooks").glob("*.py")),
+    sources = [REPO / "README.md", *sorted((REPO / "workbench").rglob("*.py")), *sorted(DOC_PAGES.glob("*.md")),
+               *sorted((REPO / "notebooks").glob("*.py")),
                *sorted((REPO / "bench").glob("*.py")), *sorted((REPO / "bench" / "results").rglob("README.md"))]
     cited: dict[str, set[str]] = {}
     for source in sources:
@@ -317,3 +355,25 @@ def test_cited_result_files_are_committed():
     missing = {path: sorted(where) for path, where in cited.items()
                if not any(t == path or t.startswith(path.rstrip("/") + "/") for t in tracked)}
     assert not missing, f"cited but not committed (git add them, or check .gitignore): {missing}"
+
+
+def test_model_only_rival_draws_dropout_and_takes_the_loss_as_the_reference_does():
+    """The model-only ratio compares model code alone: its rival runs torch's dropout op as often as the reference
+    (ours as trained runs none: it draws masks with its own kernel) and the reference's loss on the same batch."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    cfg = wb.preset("tiny", dropout=0.1)
+    src, tgt = random_batch(300, 8, 9, 8, torch.device("cpu"))
+    _, _, fns = bench_suites.train_step_pair(cfg, 300, src, tgt, torch.device("cpu"))
+    assert bench_suites.MODEL_ONLY in fns
+
+    def dropout_ops(name: str) -> int:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fns[name]()
+        return sum(e.count for e in prof.key_averages() if e.key in ("aten::dropout", "aten::native_dropout"))
+
+    ref = dropout_ops("nn.Transformer")
+    assert ref > 0
+    assert dropout_ops(bench_suites.MODEL_ONLY) == ref
+    assert dropout_ops("ours") < ref

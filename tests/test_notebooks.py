@@ -567,7 +567,7 @@ NOISE = re.compile(r"^INFO papermill|without encryption|^\[IPKernelApp\]", re.M)
 
 @pytest.mark.notebook
 def test_cli_resolves_relative_paths_before_the_kernel_starts(tmp_path):
-    """As the README has it: `export WORKBENCH_MULTI30K=<relative path>`, then run from where you stand."""
+    """As the command-line page has it: `export WORKBENCH_MULTI30K=<relative path>`, then run from where you stand."""
     (tmp_path / "nbs").mkdir()
     _write_notebook(tmp_path / "nbs" / "01_paths.ipynb", PATHS_BODY,
                     params='SMOKE: bool = False  # s\nSEED: int = 0  # s\nCHECKPOINT: str = ""  # a checkpoint')

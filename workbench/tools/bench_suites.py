@@ -118,6 +118,9 @@ def random_batch(vocab: int, B: int, S: int, T: int, device: torch.device) -> tu
     return src, tgt
 
 
+MODEL_ONLY = "ours, model only"  # the train_step rival that differs from the reference by the model code alone
+
+
 def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: torch.Tensor,
                     device: torch.device, compiled: bool = False,
                     ) -> tuple[nn.Module, nn.Module, dict[str, Callable[[], None]]]:
@@ -132,19 +135,23 @@ def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: tor
     ref = NNTransformer(cfg, vocab).to(device).train()
     batch = Batch(src, tgt[:, :-1], tgt[:, 1:], pad_id=0)
 
+    def stock_loss(net: nn.Module) -> torch.Tensor:
+        logits = net(batch.src, batch.tgt_in)  # (B, T, V): every position projected
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                           batch.tgt_out.reshape(-1), ignore_index=0, label_smoothing=0.1)
+
     def losses(ours_net: nn.Module, ref_net: nn.Module) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
         def ours_loss() -> torch.Tensor:
             return step_loss(ours_net, ours, batch, pad_id=0, eps=0.1)[0] / max(batch.n_tgt_tokens, 1)
 
-        def ref_loss() -> torch.Tensor:
-            logits = ref_net(batch.src, batch.tgt_in)  # (B, T, V)
-            return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                               batch.tgt_out.reshape(-1), ignore_index=0, label_smoothing=0.1)
-
-        return ours_loss, ref_loss
+        return ours_loss, lambda: stock_loss(ref_net)
 
     ours_loss, ref_loss = losses(ours, ref)
-    fns = {"ours": _step_fn(ours, ours_loss, device), "nn.Transformer": _step_fn(ref, ref_loss, device)}
+    # model only: our model with torch's own dropout (nn.Dropout, as the reference) and the reference's stock loss,
+    # so the two sides differ by the model code alone (same sizes, same loss, same dropout kernel)
+    plain = wb.build_model(cfg, vocab, vocab).to(device).train()
+    fns = {"ours": _step_fn(ours, ours_loss, device), "nn.Transformer": _step_fn(ref, ref_loss, device),
+           MODEL_ONLY: _step_fn(plain, lambda: stock_loss(plain), device)}
     if compiled:
         ours_c, ref_c = losses(torch.compile(ours), torch.compile(ref))
         fns["ours compiled"] = _step_fn(ours, ours_c, device)
@@ -180,7 +187,7 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
         # the base preset on a CPU takes seconds a step: the minimum number of rounds there
         raced = race(fns, rounds if name != "base" or device.type == "cuda" else MIN_ROUNDS, device)
         med = raced["median_s"]
-        best_ours = min((k for k in med if k.startswith("ours")), key=med.__getitem__)
+        best_ours = min((k for k in med if k.startswith("ours") and k != MODEL_ONLY), key=med.__getitem__)
         best_ref = min((k for k in med if k.startswith("nn.Transformer")), key=med.__getitem__)
         mem = {k: peak_memory(fns[k], device) for k in ("ours", "nn.Transformer")}
         n_real = int((tgt[:, 1:] != 0).sum())
@@ -195,6 +202,8 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
             "compile_s": compile_s if len(fns) > 2 else None,
             "ratio_ours_over_nn": med[best_ours] / med[best_ref],
             "ratio_eager": med["ours"] / med["nn.Transformer"],
+            # model only: the same stock loss and nn.Dropout on both sides, eager, so only the model code differs
+            "ratio_model_only": med[MODEL_ONLY] / med["nn.Transformer"],
             "ours_tflops_per_s": flops / med[best_ours] / 1e12,
             "ours_mfu": None if peak is None else flops / med[best_ours] / peak,
             "peak_mib": {k: (None if v is None else v / 2**20) for k, v in mem.items()},

@@ -248,7 +248,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------------------------
-# Older spellings of run options, kept because commands in the README and the shipped models' cards use them.
+# Older spellings of run options, kept because commands in the book's command-line page and the shipped models'
+# cards use them.
 OPTION_ALIASES = {"warmup_steps": ["--warmup"]}
 
 

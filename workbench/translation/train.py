@@ -379,7 +379,7 @@ def _wrap(model: nn.Module, cfg: TrainConfig, distributed: bool, device: torch.d
     if cfg.compile:
         if device.type == "cpu":
             log.warning("compile=True on the CPU: torch.compile's training step was slower than eager there for both "
-                        "our model and torch.nn.Transformer (README, Benchmarks); compiling anyway, as asked")
+                        "our model and torch.nn.Transformer (the book's Benchmarks page); compiling anyway, as asked")
         net = torch.compile(net)
         pad_multiple = 8  # compiled: lengths rounded up to a multiple of 8, so a few graphs serve every batch
     if distributed:
