@@ -148,7 +148,7 @@ metrics["alignment_rows_sum_to_one"] = True
 
 # %% [markdown]
 # The model above trained for about a minute, so its alignment is still blurry. The workbench ships the same
-# architecture trained for 100 CPU minutes (`gru-de-en`, 35.6 sacreBLEU with beam 4 on test_2016_flickr, see
+# architecture trained for 100 CPU minutes (`gru-de-en`; its test_2016_flickr score is on its card, see
 # `workbench pretrained list`):
 # its attention lines most output words up with the source word they translate.
 

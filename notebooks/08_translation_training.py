@@ -201,7 +201,7 @@ if not CHECKPOINT:  # a user's CHECKPOINT may be the shipped model itself (-p CH
 #   2 CPU cores): how much of the gap to the shipped `small-de-en` (8,797 steps) closes, and does beam search stay
 #   ahead of greedy decoding?
 # * `workbench notebooks run --only 08 -p RNN_STEPS=400` — the recurrent baseline trained here on the same 400 steps
-#   and batches as the Transformer: which is ahead after so few steps, and is the gap the shipped pair's (40.4 against
-#   35.6 after 100 minutes each)?
+#   and batches as the Transformer: which is ahead after so few steps, and is the gap the shipped pair's (their cards'
+#   scores, printed above, after 100 minutes each)?
 # * `workbench notebooks run --only 08 -p N_TEST=200` — score a fifth of the test set: how far does each BLEU move from
 #   its 1000-sentence value? That movement is the noise any comparison on a small test set carries.

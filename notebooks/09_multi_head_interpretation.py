@@ -145,19 +145,17 @@ metrics.update(pronoun_emitted=out_words[en_w], antecedent_uniform_share=uniform
                heads_reading_antecedent_most_cross=pron_stats["cross"]["heads_reading_antecedent_most"])
 
 # %% [markdown]
-# What the numbers above say for the default sentence (asserted at the end when `PRONOUN_SENTENCE` is the default):
-# the model writes "her" for "sie" (object case, not "she" or "they"). In the encoder, one head puts about 0.84 of its
-# weight on "Frau" while encoding "sie" (a uniform share is 1/13) and for two of the 24 heads it is the most-read
-# word, though the average over heads is only a uniform share. While the decoder writes "her", the best
-# cross-attention head gives "Frau" about 0.19, more than twice a uniform share and far more than it gives "Frau" from
-# the other output words (about 0.01), yet no cross head reads "Frau" *most*: other words ("sie" itself, "Mann",
-# "fotografiert") draw more. So the link from pronoun to
-# antecedent shows up clearly in the encoder's self-attention and only weakly in cross-attention: a weaker story than
-# the study notes' "it → animal" picture, and the notebook says so rather than picking a sentence until one fits.
-# (The choice rule: the first test sentence with "er"/"sie" whose translation renders that pronoun with an English
-# one. Earlier shipped models met it with other sentences: "Ein Junge greift sich ans Bein während er in die Luft
-# springt." → "he", then "Vier Männer ..., auf der sie stehen, ..." → "they"; the model shipped now writes the latter
-# without a pronoun. This model mostly avoids pronouns, so few test sentences can serve.)
+# How to read the numbers above for the default sentence (what they show is asserted at the end when
+# `PRONOUN_SENTENCE` is the default): first, which English pronoun the model writes for "sie", and whether its case
+# is right. In the encoder, does one head put most of its weight on "Frau" while encoding "sie" (compare the largest
+# weight printed above with the uniform share in the figure's title), and for how many heads is "Frau" the most-read
+# word, while the average over heads stays near a uniform share? While the decoder writes the pronoun, the best
+# cross-attention head gives "Frau" more than a uniform share and far more than it gives "Frau" from the other output
+# words, yet no cross head reads "Frau" *most*: other words ("sie" itself, "Mann", "fotografiert") draw more. So the
+# link from pronoun to antecedent shows up clearly in the encoder's self-attention and only weakly in cross-attention:
+# a weaker story than the study notes' "it → animal" picture, and the notebook says so rather than picking a sentence
+# until one fits. (The choice rule: the first test sentence with "er"/"sie" whose translation renders that pronoun
+# with an English one. This model mostly avoids pronouns, so few test sentences can serve.)
 # One sentence and one small model prove nothing general: try other sentences with
 # `PRONOUN_SENTENCE`, `ANTECEDENT` and `PRONOUN`, and expect heads like this to be found in some, not in all.
 

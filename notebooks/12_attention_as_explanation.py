@@ -325,10 +325,10 @@ metrics.update(logprob_all_heads=full, logprob_drop_most_agreeing=drop["most agr
 # * **Attention and attribution agree far above chance, but position explains much of it.** Every attention summary
 #   ranks the source tokens the way every attribution does much more often than random scores would; yet the diagonal
 #   prior, which knows nothing but positions, agrees with saliency and input × gradient about as well as attention
-#   does, and only integrated gradients puts attention clearly ahead of it (over the whole test set, in
-#   `bench/results/attention-vs-attribution-cpu-02f7775.json`: mean ρ 0.45 against 0.49 for saliency, 0.31 against
-#   0.29 for input × gradient, 0.32 against 0.41–0.45 for integrated gradients). A rank correlation between attention
-#   and attribution alone is therefore weak evidence that attention *explains*: much of it is shared word order.
+#   does, and only integrated gradients puts attention clearly ahead of it (the whole test set shows the same pattern:
+#   `bench/results/attention-vs-attribution-cpu-02f7775.json`, whose integrated-gradients figures are on the book's
+#   Benchmarks page). A rank correlation between attention and attribution alone is therefore weak evidence that
+#   attention *explains*: much of it is shared word order.
 # * **As a word alignment, raw attention beats its rollout.** The last layer's cross-attention (and the average over
 #   layers) picks the aligner's word several times as often as a uniform guess, and more often than the diagonal
 #   prior. Rolling attention out through all layers, which is meant to account for the mixing of the residual stream,
@@ -346,12 +346,12 @@ metrics.update(logprob_all_heads=full, logprob_drop_most_agreeing=drop["most agr
 #   on the default sentence, the word the aligner links to *girl*; the contrast also shows which words push towards
 #   the foil (negative bars: on the default sentence the article *Ein* pushes most towards *boy*, as printed above).
 # * **Integrated gradients converges slowly here.** ReLU networks make the integrand jump, so completeness improves
-#   only about in proportion to the number of steps, and only once the steps resolve the path: on the default
-#   sentence 27 % of the change is missing at 32 steps, 6.5 % at 128 and 1.3 % at 512; over the 60 default test
-#   sentences, 21 % of the summed change at 32 steps (the default run of the shipped model; 18 % over the whole test
-#   set in the file named above); single tokens whose
-#   log-probability hardly changes can be far worse. Rank correlations need
-#   far less accuracy than sums, so the agreement study runs with fewer steps than the completeness check would like.
+#   only about in proportion to the number of steps, and only once the steps resolve the path: the convergence check
+#   above prints the share of the change left unexplained on the default sentence at each step count, and the
+#   agreement study prints it summed over its test sentences at its own step count; single tokens whose
+#   log-probability hardly changes can be far worse. Rank correlations need far less accuracy than sums, so the
+#   agreement study runs with fewer steps than the completeness check would like: read its integrated-gradients
+#   correlations as measured against an approximate attribution.
 
 # %%
 metrics["cpu_seconds"] = time.process_time() - cpu_start
