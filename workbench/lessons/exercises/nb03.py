@@ -1,0 +1,161 @@
+"""Exercises of notebook 03 (multi-head attention): split the width into heads, merge them back, and the whole
+MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, checked against :class:`workbench.model.attention.MultiHeadAttention`
+(its ``_split``, its reshape before ``out_proj``, and its forward pass with the same weights)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.model.attention import MultiHeadAttention
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# -- split_heads --------------------------------------------------------------------------------------------------
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """Cut the feature axis into ``n_heads`` slices of width d_head = D / n_heads, heads before positions.
+
+    Shapes: x (B, T, D) -> (B, H, T, D/H)
+    """
+    mha = MultiHeadAttention(x.shape[-1], n_heads)
+    return mha._split(x)  # the package's own split: view (B, T, H, d_head), transpose(1, 2)
+
+
+def _split_cases() -> list[Case]:
+    g = _gen(0)
+    return [Case("batch 2, 5 positions, D=12, 3 heads", (torch.randn(2, 5, 12, generator=g), 3)),
+            Case("batch 1, length 1, 2 heads", (torch.randn(1, 1, 8, generator=g), 2)),
+            Case("1 head", (torch.randn(2, 3, 4, generator=g), 1)),
+            Case("5 heads, float64", (torch.randn(2, 4, 10, generator=g, dtype=torch.float64), 5))]
+
+
+def _split_no_transpose(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, n_heads, T, D // n_heads)
+
+
+def _split_strided(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, T, D // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+def _split_not_moved(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, T, n_heads, D // n_heads)
+
+
+register(Exercise(
+    "03.split_heads", "split (B, T, D) into heads (B, H, T, D/H)", split_heads, _split_cases,
+    mistakes=(
+        Mistake("reshaped straight to (B, H, T, d_head)", "that mixes positions into heads: reshape to "
+                "(B, T, H, d_head) first (the features split), then move H forward with transpose(1, 2)",
+                _split_no_transpose),
+        Mistake("heads take every H-th feature", "head h owns the contiguous slice h·d_head ... (h+1)·d_head - 1: "
+                "view as (B, T, H, d_head), not (B, T, d_head, H)", _split_strided),
+        Mistake("head axis not moved before positions", "after the view (B, T, H, d_head), transpose(1, 2) so that "
+                "attention runs over T within each head: (B, H, T, d_head)", _split_not_moved),
+    )))
+
+
+# -- merge_heads --------------------------------------------------------------------------------------------------
+def merge_heads(z: Tensor) -> Tensor:
+    """Concatenate the heads' outputs along the features: Concat(head_1, ..., head_h) at every position.
+
+    Shapes: z (B, H, T, d_v) -> (B, T, H·d_v)
+    """
+    B, H, T, Dv = z.shape
+    return z.transpose(1, 2).reshape(B, T, H * Dv)  # as MultiHeadAttention.forward before out_proj
+
+
+def _merge_cases() -> list[Case]:
+    g = _gen(1)
+    return [Case("batch 2, 3 heads, 5 positions", (torch.randn(2, 3, 5, 4, generator=g),)),
+            Case("batch 1, length 1", (torch.randn(1, 2, 1, 4, generator=g),)),
+            Case("1 head", (torch.randn(2, 1, 3, 4, generator=g),)),
+            Case("5 heads, float64", (torch.randn(2, 5, 4, 2, generator=g, dtype=torch.float64),))]
+
+
+register(Exercise(
+    "03.merge_heads", "merge the heads back: (B, H, T, d_v) -> (B, T, H·d_v)", merge_heads, _merge_cases,
+    mistakes=(
+        Mistake("heads merged in the wrong order", "a reshape without the transpose mixes positions of one head into "
+                "one row: transpose(1, 2) to (B, T, H, d_v) first, then reshape",
+                lambda z: z.reshape(z.shape[0], z.shape[2], -1)),
+        Mistake("heads interleaved feature by feature", "concatenate whole heads: (B, T, H, d_v) -> (B, T, H·d_v), "
+                "not (B, T, d_v, H)", lambda z: z.permute(0, 2, 3, 1).reshape(z.shape[0], z.shape[2], -1)),
+        Mistake("heads summed instead of concatenated", "the heads are concatenated (width H·d_v), then W^O mixes "
+                "them", lambda z: z.sum(1)),
+        Mistake("heads averaged instead of concatenated", "the heads are concatenated (width H·d_v), not averaged",
+                lambda z: z.mean(1)),
+    )))
+
+
+# -- multi_head_attention -----------------------------------------------------------------------------------------
+def multi_head_attention(x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor, W_o: Tensor, n_heads: int,
+                         mask: Tensor | None = None) -> Tensor:
+    """Self-attention with ``n_heads`` heads: Q = x W_q, K = x W_k, V = x W_v, split into heads, scaled
+    dot-product attention per head (mask True = may attend), heads concatenated, times W_o. The package's
+    :class:`MultiHeadAttention` with these weights (no biases).
+
+    Shapes: x (B, T, D), W_* (D, D), mask (B, 1, 1, T) or None -> (B, T, D)
+    """
+    D = x.shape[-1]
+    mha = MultiHeadAttention(D, n_heads, bias=False).to(x.dtype)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([W_q, W_k, W_v], dim=1).T)  # rows: W^Q, W^K, W^V (as nn.Linear)
+        mha.out_proj.weight.copy_(W_o.T)
+    return mha.eval()(x, mask=mask)[0]
+
+
+def _mha_case(B: int, T: int, D: int, H: int, seed: int, dtype: torch.dtype = torch.float32,
+              pad: bool = False) -> tuple:
+    g = _gen(seed)
+    x = torch.randn(B, T, D, generator=g, dtype=dtype)
+    Ws = [torch.randn(D, D, generator=g, dtype=dtype) / math.sqrt(D) for _ in range(4)]
+    mask = None
+    if pad:
+        mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
+        mask[-1, ..., -2:] = False
+    return (x, *Ws, H, mask)
+
+
+def _mha_cases() -> list[Case]:
+    return [Case("batch 2, D=12, 3 heads, padding", _mha_case(2, 5, 12, 3, 2, pad=True)),
+            Case("batch 1, length 1, 2 heads", _mha_case(1, 1, 8, 2, 3)),
+            Case("1 head", _mha_case(2, 4, 6, 1, 4)),
+            Case("5 heads, float64", _mha_case(2, 4, 10, 5, 5, torch.float64, pad=True))]
+
+
+def _mha(x, W_q, W_k, W_v, W_o, n_heads, mask, scale_width=None, merge="right", project=True, split=True):
+    B, T, D = x.shape
+    H = n_heads if split else 1
+    q, k, v = (t.reshape(B, T, H, D // H).transpose(1, 2) for t in (x @ W_q, x @ W_k, x @ W_v))  # (B, H, T, d)
+    scale = 1 / math.sqrt(scale_width or q.shape[-1])
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    z = torch.softmax(scores, -1) @ v  # (B, H, T, d)
+    z = z.transpose(1, 2).reshape(B, T, D) if merge == "right" else z.reshape(B, T, D)
+    return z @ W_o if project else z
+
+
+register(Exercise(
+    "03.multi_head_attention", "MultiHead(Q, K, V) = Concat(head_1..head_h) W^O", multi_head_attention,
+    _mha_cases, atol=1e-5,
+    mistakes=(
+        Mistake("no output projection W^O", "multiply the concatenated heads by W_o at the end",
+                lambda *a: _mha(*a, project=False)),
+        Mistake("scaled by sqrt(d_model) instead of sqrt(d_head)", "each head's scores are divided by √d_head "
+                "(its own key width D/H), not √D", lambda *a: _mha(*a, scale_width=a[0].shape[-1])),
+        Mistake("one head of width d_model", "split Q, K and V into n_heads heads before attending",
+                lambda *a: _mha(*a, split=False)),
+        Mistake("heads merged in the wrong order", "transpose (B, H, T, d) to (B, T, H, d) before the reshape to "
+                "(B, T, D)", lambda *a: _mha(*a, merge="wrong")),
+    )))
+

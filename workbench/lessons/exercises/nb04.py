@@ -1,0 +1,80 @@
+"""Exercises of notebook 04 (positional encoding): the sinusoidal table and the distance matrix between its rows,
+checked against :func:`workbench.model.positional.sinusoidal_table` and :func:`~workbench.model.positional.distance_matrix`."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.model.positional import distance_matrix, sinusoidal_table
+
+
+def _table(max_len: int, d_model: int, order: str = "interleaved", exponent: str = "2i/d", first: int = 0,
+           swap: bool = False) -> Tensor:
+    """A parametrised sinusoidal table, for writing the planted mistakes (computed in float64, as the package)."""
+    position = torch.arange(first, first + max_len, dtype=torch.float64)[:, None]  # (T, 1)
+    n_sin, n_cos = (d_model + 1) // 2, d_model // 2
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
+    if exponent == "2i/d":
+        angle = position / 10000 ** (two_i / d_model)
+        angle_cos = angle[:, :n_cos]
+    elif exponent == "2i":
+        angle = position / 10000 ** two_i
+        angle_cos = angle[:, :n_cos]
+    else:  # "j/d": the column number j in the exponent, so the cosine columns use 2i+1
+        angle = position / 10000 ** (two_i / d_model)
+        angle_cos = position / 10000 ** ((two_i[:n_cos] + 1) / d_model)
+    sin, cos = torch.sin(angle), torch.cos(angle_cos)
+    if swap:
+        sin, cos = torch.cos(angle), torch.sin(angle_cos)
+    if order == "halves":
+        return torch.cat([sin, cos], dim=1).float()
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = sin[:, :n_sin], cos
+    return table.float()
+
+
+def _table_cases() -> list[Case]:
+    return [Case("50 positions, d_model 16", (50, 16)), Case("length 1", (1, 4)),
+            Case("odd d_model 7", (20, 7)), Case("d_model 2", (10, 2))]
+
+
+register(Exercise(
+    "04.sinusoidal_table", "the sinusoidal table PE[p, 2i] = sin(p/10000^(2i/d)), PE[p, 2i+1] = cos(...)",
+    sinusoidal_table, _table_cases,
+    mistakes=(
+        Mistake("sin and cos swapped", "even columns (2i) hold the sines, odd columns (2i+1) the cosines",
+                lambda T, D: _table(T, D, swap=True)),
+        Mistake("sines and cosines in two halves", "interleave them: column 2i is sin, column 2i+1 is cos of the "
+                "same angle (all sines first is another layout, e.g. Marian's)", lambda T, D: _table(T, D, order="halves")),
+        Mistake("exponent not divided by d_model", "the wavelength grows as 10000^(2i/d_model): divide 2i by "
+                "d_model", lambda T, D: _table(T, D, exponent="2i")),
+        Mistake("column number in the cosines' exponent", "sin and cos of pair i share the angle p/10000^(2i/d): "
+                "use 2i (the even column) for both, not 2i+1", lambda T, D: _table(T, D, exponent="j/d")),
+        Mistake("positions counted from 1", "the first position is p = 0 (its row is 0, 1, 0, 1, ...)",
+                lambda T, D: _table(T, D, first=1)),
+    )))
+
+
+def _dist_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(4)
+    return [Case("sinusoidal table, 20 x 16", (sinusoidal_table(20, 16),)),
+            Case("random 6 x 3, float64", (torch.randn(6, 3, generator=g, dtype=torch.float64),)),
+            Case("length 1", (torch.randn(1, 4, generator=g),)),
+            Case("random 8 x 5", (torch.randn(8, 5, generator=g),))]
+
+
+register(Exercise(
+    "04.distance_matrix", "the Euclidean distance between every pair of position vectors", distance_matrix,
+    _dist_cases, atol=1e-4,
+    mistakes=(
+        Mistake("squared distances", "take the square root of the summed squared differences",
+                lambda t: ((t[:, None, :] - t[None, :, :]) ** 2).sum(-1)),
+        Mistake("dot products instead of distances", "a distance is ‖PE_i - PE_j‖, not the dot product PE_i · PE_j",
+                lambda t: t @ t.T),
+        Mistake("L1 distance", "sum the squared differences and take the square root (Euclidean), not the absolute "
+                "differences", lambda t: (t[:, None, :] - t[None, :, :]).abs().sum(-1)),
+        Mistake("distances between dimensions", "compare rows (positions), not columns: the result is (T, T)",
+                lambda t: ((t.T[:, None, :] - t.T[None, :, :]) ** 2).sum(-1).sqrt()),
+    )))

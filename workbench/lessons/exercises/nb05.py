@@ -1,0 +1,202 @@
+"""Exercises of notebook 05 (masked attention): the padding and causal masks (True = may attend), one decoding step
+of self-attention with a hand-written key/value cache, and the greedy loop, checked against
+:func:`workbench.model.masks.padding_mask`, :func:`~workbench.model.masks.causal_mask`, the package's causal
+:func:`~workbench.model.attention.scaled_dot_product_attention` and the loop of
+:func:`workbench.translation.decode.greedy_decode`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.model.attention import scaled_dot_product_attention
+from workbench.model.masks import causal_mask, padding_mask
+
+
+# -- padding_mask -------------------------------------------------------------------------------------------------
+def _pad_cases() -> list[Case]:
+    return [Case("batch 2 with padding", (torch.tensor([[5, 6, 7, 0, 0], [4, 0, 0, 0, 0]]), 0)),
+            Case("batch 1, no padding", (torch.tensor([[3, 9, 4]]), 0)),
+            Case("pad id 1", (torch.tensor([[5, 0, 1, 1], [7, 8, 9, 1]]), 1)),
+            Case("length 1", (torch.tensor([[4], [0]]), 0))]
+
+
+register(Exercise(
+    "05.padding_mask", "the key-padding mask: True at real tokens", padding_mask, _pad_cases,
+    mistakes=(
+        Mistake("mask convention inverted", "True means 'may attend' (a real token): tokens != pad_id",
+                lambda tokens, pad_id: tokens == pad_id),
+        Mistake("0/1 numbers instead of booleans", "return a boolean tensor (tokens != pad_id), not .float() or "
+                ".long(): a float mask is added to the scores, not used to select them",
+                lambda tokens, pad_id: (tokens != pad_id).float()),
+        Mistake("pad id assumed to be 0", "compare with the pad_id argument, not with 0",
+                lambda tokens, pad_id: tokens != 0),
+    )))
+
+
+# -- causal_mask --------------------------------------------------------------------------------------------------
+register(Exercise(
+    "05.causal_mask", "the causal mask: query i may attend to keys j <= i", causal_mask,
+    lambda: [Case("T = 5", (5,)), Case("T = 1", (1,)), Case("T = 8", (8,))],
+    mistakes=(
+        Mistake("future allowed, past blocked", "the upper triangle is the future: keep the lower triangle "
+                "(torch.tril), j <= i", lambda T: torch.ones(T, T, dtype=torch.bool).triu()),
+        Mistake("a token cannot see itself", "the diagonal belongs in the mask: query i may attend to key i "
+                "(j <= i, not j < i)", lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1)),
+        Mistake("mask convention inverted", "True means 'may attend' (SDPA's convention); torch.nn.Transformer's "
+                "True = blocked is the opposite", lambda T: torch.ones(T, T, dtype=torch.bool).triu(1)),
+        Mistake("0/1 numbers instead of booleans", "return booleans: torch.ones(T, T, dtype=torch.bool).tril()",
+                lambda T: torch.ones(T, T).tril()),
+    )))
+
+
+# -- attend_with_cache --------------------------------------------------------------------------------------------
+@dataclass
+class KVStore:
+    """A hand-written key/value cache: keys and values of the positions decoded so far (None before the first)."""
+
+    k: Tensor | None = None  # (B, t, D)
+    v: Tensor | None = None  # (B, t, D)
+
+
+def attend_with_cache(x_new: Tensor, cache: KVStore, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> Tensor:
+    """One decoding step of single-head causal self-attention: project the new position, append its key and value to
+    ``cache``, attend from its query to every cached position (itself included), scaled by 1/√D.
+
+    Shapes: x_new (B, 1, D), cache.k / cache.v (B, t, D) -> (B, 1, D); the cache grows to (B, t+1, D)
+    """
+    k_new, v_new = x_new @ W_k, x_new @ W_v  # (B, 1, D)
+    cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], dim=1)  # (B, t+1, D)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], dim=1)
+    q = x_new @ W_q
+    out, _ = scaled_dot_product_attention(q[:, None], cache.k[:, None], cache.v[:, None])  # one head: (B, 1, 1, D)
+    return out[:, 0]
+
+
+def run_step_by_step(step, x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> Tensor:
+    """Decode ``x`` one position at a time with ``step`` and a fresh cache; the outputs side by side.
+
+    Shapes: x (B, T, D) -> (B, T, D)"""
+    cache = KVStore()
+    return torch.cat([step(x[:, t:t + 1], cache, W_q, W_k, W_v) for t in range(x.shape[1])], dim=1)
+
+
+def full_causal_attention(x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> Tensor:
+    """The same attention in one pass with the causal mask (what training computes). Shapes: (B, T, D) -> (B, T, D)."""
+    out, _ = scaled_dot_product_attention((x @ W_q)[:, None], (x @ W_k)[:, None], (x @ W_v)[:, None], is_causal=True)
+    return out[:, 0]
+
+
+def _cache_case(B: int, T: int, D: int, seed: int, dtype: torch.dtype = torch.float32) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, T, D, generator=g, dtype=dtype),
+            *(torch.randn(D, D, generator=g, dtype=dtype) / math.sqrt(D) * 2 for _ in range(3)))
+
+
+def _only_new(x_new, cache, W_q, W_k, W_v):
+    return x_new @ W_v
+
+
+def _keys_prepended(x_new, cache, W_q, W_k, W_v):
+    k_new, v_new = x_new @ W_k, x_new @ W_v
+    cache.k = k_new if cache.k is None else torch.cat([k_new, cache.k], dim=1)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], dim=1)
+    w = torch.softmax((x_new @ W_q) @ cache.k.transpose(1, 2) / math.sqrt(x_new.shape[-1]), -1)
+    return w @ cache.v
+
+
+def _unscaled(x_new, cache, W_q, W_k, W_v):
+    k_new, v_new = x_new @ W_k, x_new @ W_v
+    cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], dim=1)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], dim=1)
+    return torch.softmax((x_new @ W_q) @ cache.k.transpose(1, 2), -1) @ cache.v
+
+
+register(Exercise(
+    "05.attend_with_cache", "one decoding step of self-attention with a key/value cache", attend_with_cache,
+    lambda: [Case("batch 2, 6 steps, D=8", _cache_case(2, 6, 8, 0)), Case("batch 1, 1 step", _cache_case(1, 1, 4, 1)),
+             Case("float64, 4 steps", _cache_case(2, 4, 6, 2, torch.float64))],
+    driver=run_step_by_step,
+    mistakes=(
+        Mistake("attends only to the new token", "append the new key and value to the cache and attend over all "
+                "of it: the new position sees every earlier one", _only_new),
+        Mistake("keys and values misaligned", "append the new key at the end (torch.cat([cache.k, k_new], 1)), in "
+                "the same order as the values", _keys_prepended),
+        Mistake("forgot to divide by sqrt(d_k)", "scale the scores by 1/√D before the softmax", _unscaled),
+    )))
+
+
+# -- greedy_loop --------------------------------------------------------------------------------------------------
+def greedy_loop(next_logits, bos_id: int, eos_id: int, max_len: int) -> list[int]:
+    """Greedy decoding of one sentence, as :func:`~workbench.translation.decode.greedy_decode` does: start from
+    [bos], append the most probable next token until eos; when the budget of ``max_len`` tokens runs out the last
+    token is eos. Returns the tokens without bos, eos included.
+
+    ``next_logits(prefix)`` takes the list of tokens so far (bos first) and returns the next token's logits (V,).
+    """
+    prefix = [bos_id]
+    for t in range(max_len):
+        nxt = int(next_logits(prefix).argmax())
+        if t + 1 >= max_len:
+            nxt = eos_id  # out of budget: end it
+        prefix.append(nxt)
+        if nxt == eos_id:
+            break
+    return prefix[1:]
+
+
+class BigramModel:
+    """A toy "decoder": the next token's logits depend on the last token only (a (V, V) table)."""
+
+    def __init__(self, table: Tensor) -> None:
+        self.table = table
+
+    def __call__(self, prefix: list[int]) -> Tensor:
+        return self.table[prefix[-1]]
+
+
+def _bigram(V: int, chain: list[int], seed: int) -> BigramModel:
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(V, V, generator=g)
+    table[:, 3] = -10.0  # eos (id 3) only where the chain puts it
+    for a, b in zip(chain, chain[1:], strict=False):
+        table[a, b] = 10.0
+    return BigramModel(table)
+
+
+def _loop_cases() -> list[Case]:
+    return [Case("eos after 4 tokens", (_bigram(12, [2, 5, 7, 4, 3], 0), 2, 3, 20)),
+            Case("no eos: budget of 6", (_bigram(12, [2, 5, 6, 5, 6], 1), 2, 3, 6)),
+            Case("budget of 1", (_bigram(12, [2, 8, 3], 2), 2, 3, 1)),
+            Case("eos first", (_bigram(9, [2, 3], 3), 2, 3, 5))]
+
+
+def _loop(next_logits, bos_id, eos_id, max_len, keep_eos=True, keep_bos=False, stop=True, force=True):
+    prefix = [bos_id]
+    for t in range(max_len):
+        nxt = int(next_logits(prefix).argmax())
+        if force and t + 1 >= max_len:
+            nxt = eos_id
+        if nxt == eos_id and stop:
+            if keep_eos:
+                prefix.append(nxt)
+            break
+        prefix.append(nxt)
+    return prefix if keep_bos else prefix[1:]
+
+
+register(Exercise(
+    "05.greedy_loop", "the greedy decoding loop", greedy_loop, _loop_cases,
+    mistakes=(
+        Mistake("eos not included", "append eos before stopping: the output ends with eos",
+                lambda *a: _loop(*a, keep_eos=False)),
+        Mistake("bos left in the output", "return the tokens after bos (prefix[1:])", lambda *a: _loop(*a, keep_bos=True)),
+        Mistake("eos never checked", "stop as soon as the appended token is eos", lambda *a: _loop(*a, stop=False)),
+        Mistake("budget end not forced to eos", "when t + 1 reaches max_len, append eos instead of the argmax",
+                lambda *a: _loop(*a, force=False)),
+    )))
+

@@ -1,0 +1,240 @@
+"""Exercises of notebook 07 (the training recipe): the learning-rate schedule, the shifted decoder input and
+target, the label-smoothed loss, checkpoint averaging, the length penalty and one beam-search step, checked against
+:func:`workbench.translation.train.rate`, the batching of :mod:`workbench.translation.batching`,
+:func:`~workbench.translation.train.label_smoothed_loss`, :func:`~workbench.translation.checkpoint.average_checkpoints`'
+arithmetic, :func:`~workbench.translation.decode.length_penalty` and the step inside
+:func:`~workbench.translation.decode.beam_search`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.translation.decode import length_penalty
+from workbench.translation.train import label_smoothed_loss as package_loss
+from workbench.translation.train import rate
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# -- rate ---------------------------------------------------------------------------------------------------------
+def schedule(fn, steps, d_model, warmup) -> list[float]:
+    """``fn(step, d_model, warmup)`` at every step of ``steps`` (how the check calls a schedule)."""
+    return [float(fn(s, d_model, warmup)) for s in steps]
+
+
+def _rate_cases() -> list[Case]:
+    return [Case("d_model 512, warm-up 4000", ([1, 2, 100, 3999, 4000, 4001, 40000], 512, 4000)),
+            Case("d_model 64, warm-up 10", ([1, 5, 9, 10, 11, 50], 64, 10)),
+            Case("warm-up 1", ([1, 2, 3], 16, 1))]
+
+
+def _rate_from_zero(step, d_model, warmup):
+    s = step - 1  # the step counter read before it is incremented
+    return d_model ** -0.5 * min(s ** -0.5 if s > 0 else math.inf, s * warmup ** -1.5)
+
+
+register(Exercise(
+    "07.rate", "the learning-rate schedule (paper eq. 3)", rate, _rate_cases, driver=schedule, atol=1e-12, rtol=1e-6,
+    mistakes=(
+        Mistake("warm-up off by one", "steps are counted from 1: the first update uses step = 1 (a rate of 0 at the "
+                "first step means the counter was read before it moved)", _rate_from_zero),
+        Mistake("no d_model^-0.5 factor", "multiply by d_model ** -0.5", lambda s, d, w: min(s ** -0.5, s * w ** -1.5)),
+        Mistake("warm-up slope uses warmup^-0.5", "during warm-up the rate is step · warmup^-1.5 (it meets step^-0.5 "
+                "at step = warmup)", lambda s, d, w: d ** -0.5 * min(s ** -0.5, s * w ** -0.5)),
+        Mistake("max instead of min", "take the smaller of step^-0.5 and step · warmup^-1.5",
+                lambda s, d, w: d ** -0.5 * max(s ** -0.5, s * w ** -1.5)),
+    )))
+
+
+# -- shift_target -------------------------------------------------------------------------------------------------
+def shift_target(tgt: Tensor) -> tuple[Tensor, Tensor]:
+    """Teacher forcing: the decoder reads [bos, y1, ..., y_n] and predicts [y1, ..., y_n, eos], as
+    :func:`workbench.translation.batching` builds its batches.
+
+    Shapes: tgt (B, T) = bos ... eos pad -> tgt_in (B, T-1), tgt_out (B, T-1)
+    """
+    return tgt[:, :-1], tgt[:, 1:]
+
+
+def _shift_cases() -> list[Case]:
+    return [Case("batch 2 with padding", (torch.tensor([[2, 7, 8, 9, 3], [2, 5, 3, 0, 0]]),)),
+            Case("batch 1, one word", (torch.tensor([[2, 6, 3]]),)),
+            Case("empty sentence", (torch.tensor([[2, 3], [2, 3]]),))]
+
+
+register(Exercise(
+    "07.shift_target", "the decoder input and the target, shifted by one", shift_target, _shift_cases,
+    mistakes=(
+        Mistake("target not shifted", "the target at position t is the token after the input's: tgt_out = tgt[:, 1:]",
+                lambda tgt: (tgt[:, :-1], tgt[:, :-1])),
+        Mistake("shifted the wrong way", "the input starts with bos (tgt[:, :-1]) and the target ends with eos "
+                "(tgt[:, 1:])", lambda tgt: (tgt[:, 1:], tgt[:, :-1])),
+        Mistake("input not cut", "drop the last token from the input: tgt_in = tgt[:, :-1], as long as tgt_out",
+                lambda tgt: (tgt, tgt[:, 1:])),
+    )))
+
+
+# -- label_smoothed_loss ------------------------------------------------------------------------------------------
+def label_smoothed_loss(logits: Tensor, targets: Tensor, pad_id: int, eps: float) -> Tensor:
+    """The summed label-smoothed cross-entropy over the non-padding targets: each target keeps 1 - eps of the
+    probability mass and eps is spread uniformly over all V classes (torch's convention).
+
+    Shapes: logits (B, T, V), targets (B, T) -> scalar
+    """
+    return package_loss(logits, targets, pad_id, eps)[0]
+
+
+def _loss_cases() -> list[Case]:
+    g = _gen(7)
+    t = torch.tensor([[5, 6, 7, 0], [4, 0, 0, 0]])
+    return [Case("batch 2 with padding, eps 0.1", (torch.randn(2, 4, 9, generator=g) * 2, t, 0, 0.1)),
+            Case("batch 1, length 1, eps 0.2", (torch.randn(1, 1, 5, generator=g), torch.tensor([[3]]), 0, 0.2)),
+            Case("pad id 1, eps 0.3", (torch.randn(2, 3, 6, generator=g), torch.tensor([[2, 1, 1], [4, 5, 1]]), 1, 0.3))]
+
+
+def _smoothed(logits, targets, pad_id, eps, ignore=True, reduction="sum", others=False):
+    logp = torch.log_softmax(logits.float(), -1)
+    V = logp.shape[-1]
+    nll = -logp.gather(-1, targets[..., None]).squeeze(-1)
+    if others:  # eps spread over the V - 1 wrong classes
+        smooth = -(logp.sum(-1) - (-nll)) / (V - 1)
+    else:
+        smooth = -logp.mean(-1)
+    loss = (1 - eps) * nll + eps * smooth
+    keep = targets != pad_id if ignore else torch.ones_like(targets, dtype=torch.bool)
+    loss = loss[keep]
+    return loss.sum() if reduction == "sum" else loss.mean()
+
+
+register(Exercise(
+    "07.label_smoothed_loss", "the label-smoothed cross-entropy, summed over real tokens", label_smoothed_loss,
+    _loss_cases, atol=1e-4,
+    mistakes=(
+        Mistake("padding not ignored", "leave out the positions whose target is pad_id (ignore_index=pad_id)",
+                lambda *a: _smoothed(*a, ignore=False)),
+        Mistake("no label smoothing", "mix the one-hot target with the uniform distribution: (1 - eps) · NLL + "
+                "eps · mean over classes of -log p", lambda lo, t, p, e: _smoothed(lo, t, p, 0.0)),
+        Mistake("mean instead of sum", "sum over the real tokens (reduction='sum'); the training loop divides by "
+                "their count", lambda *a: _smoothed(*a, reduction="mean")),
+        Mistake("eps spread over the other V-1 classes", "torch (and the package) spread eps over all V classes, "
+                "the target included: label_smoothing=eps", lambda *a: _smoothed(*a, others=True)),
+    )))
+
+
+# -- average_checkpoints ------------------------------------------------------------------------------------------
+def average_checkpoints(state_dicts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """The element-wise mean of several checkpoints' weights (summed in float64, returned in the last one's dtypes),
+    the arithmetic of :func:`workbench.translation.checkpoint.average_checkpoints` on files.
+
+    Shapes: each tensor keeps its shape
+    """
+    total = {k: sum(sd[k].double() for sd in state_dicts) for k in state_dicts[-1]}
+    return {k: (v / len(state_dicts)).to(state_dicts[-1][k].dtype) for k, v in total.items()}
+
+
+def _avg_cases() -> list[Case]:
+    g = _gen(8)
+
+    def sds(n, dtype=torch.float32):
+        return [{"w": torch.randn(3, 4, generator=g, dtype=dtype), "b": torch.randn(4, generator=g, dtype=dtype)}
+                for _ in range(n)]
+
+    return [Case("3 checkpoints", (sds(3),)), Case("1 checkpoint", (sds(1),)), Case("5 checkpoints, float64", (sds(5, torch.float64),))]
+
+
+register(Exercise(
+    "07.average_checkpoints", "the element-wise mean of several checkpoints", average_checkpoints, _avg_cases,
+    mistakes=(
+        Mistake("summed, not averaged", "divide the sum by the number of checkpoints",
+                lambda sds: {k: sum(sd[k] for sd in sds) for k in sds[-1]}),
+        Mistake("returned the last checkpoint", "average every checkpoint, not only the last",
+                lambda sds: {k: v.clone() for k, v in sds[-1].items()}),
+        Mistake("averaged only the first and the last", "average all the checkpoints in the list",
+                lambda sds: {k: (sds[0][k] + sds[-1][k]) / 2 for k in sds[-1]}),
+    )))
+
+
+# -- length_penalty -----------------------------------------------------------------------------------------------
+def _lp_cases() -> list[Case]:
+    return [Case("lengths 1..20, alpha 0.6", (torch.arange(1, 21), 0.6)), Case("alpha 0", (torch.tensor([1, 5, 9]), 0.0)),
+            Case("alpha 1.4, length 1", (torch.tensor([1]), 1.4))]
+
+
+register(Exercise(
+    "07.length_penalty", "the GNMT length penalty ((5 + |Y|)/6)^alpha", length_penalty, _lp_cases,
+    mistakes=(
+        Mistake("alpha multiplies instead of raising", "raise to the power alpha: ((5 + |Y|) / 6) ** alpha",
+                lambda n, a: (5.0 + n.float()) / 6.0 * a),
+        Mistake("plain length to the alpha", "the penalty is ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha",
+                lambda n, a: n.float() ** a),
+        Mistake("forgot the + 5", "add 5 to the length before dividing by 6 (short outputs are not over-rewarded)",
+                lambda n, a: (n.float() / 6.0) ** a),
+    )))
+
+
+# -- beam_step ----------------------------------------------------------------------------------------------------
+def beam_step(scores: Tensor, logp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One step of beam search: extend each of the K beams by every token, keep the K best (beam, token) pairs of
+    each sentence by total log-probability, as inside :func:`~workbench.translation.decode.beam_search`.
+
+    Shapes: scores (B, K) running log-probabilities, logp (B, K, V) next-token log-probabilities
+        -> new scores (B, K), the beam each came from (B, K) long, the token appended (B, K) long
+    """
+    B, K, V = logp.shape
+    cand = (scores[:, :, None] + logp).reshape(B, K * V)  # (B, K*V)
+    top, idx = cand.topk(K, dim=-1)  # (B, K)
+    return top, idx // V, idx % V
+
+
+def _beam_case(B: int, K: int, V: int, seed: int, first: bool = False) -> tuple:
+    g = _gen(seed)
+    scores = -torch.rand(B, K, generator=g) * 3
+    if first:
+        scores[:, 1:] = float("-inf")  # the first step: one live beam
+    return scores, torch.log_softmax(torch.randn(B, K, V, generator=g) * 2, -1)
+
+
+def _beam_per_beam(scores, logp):
+    best, token = (scores[:, :, None] + logp).max(-1)
+    return best, torch.arange(logp.shape[1]).expand_as(token), token
+
+
+def _beam_not_accumulated(scores, logp):
+    B, K, V = logp.shape
+    top, idx = logp.reshape(B, K * V).topk(K, dim=-1)
+    return top, idx // V, idx % V
+
+
+def _beam_swapped(scores, logp):
+    B, K, V = logp.shape
+    top, idx = (scores[:, :, None] + logp).reshape(B, K * V).topk(K, dim=-1)
+    return top, idx % V, idx // V
+
+
+def _beam_multiplied(scores, logp):
+    B, K, V = logp.shape
+    top, idx = (scores[:, :, None] * logp).reshape(B, K * V).topk(K, dim=-1)
+    return top, idx // V, idx % V
+
+
+register(Exercise(
+    "07.beam_step", "one beam-search step: the K best extensions of K beams", beam_step,
+    lambda: [Case("batch 2, beam 4, V=11", _beam_case(2, 4, 11, 0)), Case("first step (one live beam)", _beam_case(2, 3, 7, 1, first=True)),
+             Case("beam 1 (greedy), batch 1", _beam_case(1, 1, 6, 2)), Case("batch 3, beam 5, V=5", _beam_case(3, 5, 5, 3))],
+    mistakes=(
+        Mistake("best token of each beam", "let the beams compete: flatten (K, V) to K·V candidates and take the "
+                "top K, so a good beam may keep several extensions", _beam_per_beam),
+        Mistake("scores not accumulated", "add each beam's running score to its next-token log-probabilities before "
+                "ranking", _beam_not_accumulated),
+        Mistake("beam and token swapped", "in the flattened K·V index, beam = idx // V and token = idx % V",
+                _beam_swapped),
+        Mistake("log-probabilities multiplied", "log-probabilities add (probabilities multiply): scores + logp",
+                _beam_multiplied),
+    )))
+

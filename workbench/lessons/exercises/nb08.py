@@ -1,0 +1,95 @@
+"""Exercises of notebook 08 (translation and BLEU): clipped n-gram matches and the brevity penalty, written by hand,
+checked against sacreBLEU's own n-gram counter (``sacrebleu.metrics.helpers.extract_word_ngrams``) and its
+brevity-penalty rule; the notebook then rebuilds the corpus score from them and compares with
+:func:`workbench.translation.metrics.corpus_bleu`."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from sacrebleu.metrics.helpers import extract_word_ngrams
+
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+
+
+def ngram_matches(hyp: list[str], ref: list[str], n: int) -> tuple[int, int]:
+    """Clipped n-gram matches of one sentence: (Σ over the hypothesis' n-grams of min(count in hyp, count in ref),
+    number of n-grams in the hypothesis), as sacreBLEU counts them.
+
+    Shapes: token lists -> two ints
+    """
+    h, r = extract_word_ngrams(hyp, n), extract_word_ngrams(ref, n)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
+
+
+def brevity_penalty(hyp_len: int, ref_len: int) -> float:
+    """BP = 1 if c >= r, else exp(1 - r / c) (0 for an empty hypothesis), with c, r the corpus lengths."""
+    if hyp_len >= ref_len:
+        return 1.0
+    return math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
+
+
+PAIRS = [("the the the the the the the", "the cat is on the mat"),
+         ("a man is riding a bike on a road", "a man rides a bike down the road"),
+         ("two dogs play", "two dogs are playing in the snow"),
+         ("hello", "hello world")]
+
+
+def over_pairs(fn, n_max: int) -> list[list[tuple[int, int]]]:
+    """``fn(hyp, ref, n)`` for every pair of :data:`PAIRS` and every n from 1 to ``n_max``."""
+    return [[tuple(int(x) for x in fn(h.split(), r.split(), n)) for n in range(1, n_max + 1)] for h, r in PAIRS]
+
+
+def _unclipped(hyp, ref, n):
+    h, r = Counter(zip(*[hyp[i:] for i in range(n)], strict=False)), Counter(zip(*[ref[i:] for i in range(n)], strict=False))
+    return sum(c for g, c in h.items() if g in r), sum(h.values())
+
+
+def _over_ref(hyp, ref, n):
+    h, r = extract_word_ngrams(hyp, n), extract_word_ngrams(ref, n)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(r.values())
+
+
+def _as_set(hyp, ref, n):
+    h, r = set(extract_word_ngrams(hyp, n)), set(extract_word_ngrams(ref, n))
+    return len(h & r), len(h)
+
+
+def _unigrams(hyp, ref, n):
+    return ngram_matches(hyp, ref, 1)
+
+
+register(Exercise(
+    "08.ngram_matches", "clipped n-gram matches of one sentence", ngram_matches,
+    lambda: [Case("n = 1..4 on four sentence pairs", (4,))], driver=over_pairs,
+    mistakes=(
+        Mistake("counts not clipped", "a hypothesis n-gram counts at most as often as it occurs in the reference: "
+                "min(count in hyp, count in ref)", _unclipped),
+        Mistake("divided by the reference's n-grams", "precision counts the hypothesis' n-grams in the "
+                "denominator; the reference length enters through the brevity penalty", _over_ref),
+        Mistake("n-grams as a set (repeats ignored)", "count every occurrence (a Counter), clipped, not the "
+                "distinct n-grams", _as_set),
+        Mistake("n ignored (always unigrams)", "build n-grams of length n: tuples of n consecutive tokens",
+                _unigrams),
+    )))
+
+
+def lengths(fn, pairs) -> list[float]:
+    """``fn(c, r)`` on every (hypothesis length, reference length) pair."""
+    return [float(fn(c, r)) for c, r in pairs]
+
+
+register(Exercise(
+    "08.brevity_penalty", "the brevity penalty exp(1 - r/c) for short outputs", brevity_penalty,
+    lambda: [Case("short, equal and long outputs", ([(9, 10), (10, 10), (12, 10), (3, 10), (1, 2)],)),
+             Case("an empty output", ([(0, 5)],))],
+    driver=lengths, atol=1e-9, rtol=1e-9,
+    mistakes=(
+        Mistake("ratio inverted", "BP = exp(1 - r / c) with c the hypothesis length: short outputs get BP < 1",
+                lambda c, r: 1.0 if c >= r else math.exp(1 - c / r)),
+        Mistake("long outputs penalised too", "BP is 1 when the hypothesis is at least as long as the reference "
+                "(long outputs are already punished by precision)", lambda c, r: math.exp(1 - r / c) if c > 0 else 0.0),
+        Mistake("ratio without the exponential", "BP = exp(1 - r / c), not c / r",
+                lambda c, r: 1.0 if c >= r else c / r),
+    )))
