@@ -52,6 +52,12 @@ wb.set_seed(SEED)
 metrics = {}
 
 # %% [markdown]
+# **Predict, then run.** In the worked example below, which encoder state gets the largest attention weight: $h_1$, $h_2$ or $h_3$? Work out the three dot products with $s_t$ in your head first. Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_LARGEST_STATE: int | None = None  # 1, 2 or 3
+
+# %% [markdown]
 # ## The four steps on a worked example
 # Three encoder states of width 4 and one decoder state:
 
@@ -73,6 +79,12 @@ assert torch.allclose(a, manual) and abs(float(alpha.sum()) - 1) < 1e-6
 assert int(alpha.argmax()) == int(e.argmax())  # the best-matching state gets the most weight
 metrics["worked_alpha"] = alpha.tolist()
 
+# %%
+from workbench.lessons import exercises as ex  # predictions and exercise checks
+ex.predict("01.largest_state", PREDICT_LARGEST_STATE, int(alpha.argmax()) + 1,
+           "the softmax keeps the order of the scores, so the state with the largest dot product s_t·h_i "
+           "(here h_3, which agrees with s_t on every coordinate) gets the most weight")
+
 # %% [markdown]
 # The same computation, batched, is what `workbench.rnn.DotProductAttention` does for every decoder step at once.
 
@@ -80,6 +92,90 @@ metrics["worked_alpha"] = alpha.tolist()
 attn = wb.model.rnn.DotProductAttention()
 ctx, w = attn(s[None, None], H[None], torch.ones(1, 3, dtype=torch.bool))
 assert torch.allclose(w[0, 0], alpha) and torch.allclose(ctx[0, 0], a)
+
+# %% [markdown]
+# ## Your turn: the three steps as functions
+#
+# Write each step for a whole batch of sentences. Each check runs your function against the package's on random inputs and edge cases (batch 1, one source position, float64) and, when something is off, says what in a line or two. Stuck? The lesson goes on with the package's function.
+
+# %% [markdown]
+# ### Exercise 01.dot_score · `dot_score`
+#
+# The score of every source position for one decoder state, $e_i = s_t \cdot h_i$, for a batch.
+#
+# Shapes: `s` (B, D), `H` (B, S, D) → `e` (B, S).
+
+# %% tags=["exercise", "hide-input"]
+def dot_score(s, H):
+    """e_i = s · h_i for every source position. Shapes: s (B, D), H (B, S, D) -> (B, S)."""
+    # BEGIN SOLUTION NO PROMPT
+    return (H * s[:, None, :]).sum(-1)  # (B, S, D) summed over the features
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write dot_score, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("01.dot_score", dot_score)
+dot_score = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 01.attention_distribution · `attention_distribution`
+#
+# The attention distribution $\alpha = \mathrm{softmax}(e)$ over the *real* source positions: padded positions (mask `False`) must get weight exactly 0, and each sentence's weights sum to 1.
+#
+# Shapes: `e` (B, S), `mask` (B, S) bool, True at real tokens → `alpha` (B, S).
+
+# %% tags=["exercise", "hide-input"]
+def attention_distribution(e, mask):
+    """alpha = softmax(e) over the real positions; padding gets 0. Shapes: (B, S), (B, S) bool -> (B, S)."""
+    # BEGIN SOLUTION NO PROMPT
+    scores = e.masked_fill(~mask, float("-inf"))  # padding can never win
+    return torch.softmax(scores, dim=-1)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write attention_distribution, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("01.attention_distribution", attention_distribution)
+attention_distribution = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 01.context_vector · `context_vector`
+#
+# The context vector $a_t = \sum_i \alpha_i h_i$: the encoder states averaged with the attention weights.
+#
+# Shapes: `alpha` (B, S), `H` (B, S, D) → `a` (B, D).
+
+# %% tags=["exercise", "hide-input"]
+def context_vector(alpha, H):
+    """a_t = sum_i alpha_i h_i. Shapes: alpha (B, S), H (B, S, D) -> (B, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    return (alpha[:, :, None] * H).sum(1)  # weight each state, sum over the source positions
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write context_vector, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("01.context_vector", context_vector)
+context_vector = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# Composed, your three functions are one step of the decoder's attention; the package's `DotProductAttention` must give the same context and weights on a padded batch:
+
+# %%
+from workbench.lessons.exercises.nb01 import package_step
+s_b, H_b = torch.randn(2, 4), torch.randn(2, 5, 4)
+mask_b = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+alpha_b = attention_distribution(dot_score(s_b, H_b), mask_b)
+ctx_pkg, alpha_pkg = package_step(s_b, H_b, mask_b)
+print("largest difference to the package:", float((alpha_b - alpha_pkg).abs().max()), float((context_vector(alpha_b, H_b) - ctx_pkg).abs().max()))
+assert torch.allclose(alpha_b, alpha_pkg, atol=1e-6) and torch.allclose(context_vector(alpha_b, H_b), ctx_pkg, atol=1e-6)
 
 # %% [markdown]
 # ## Training the recurrent model with and without attention
@@ -164,6 +260,9 @@ print(f"mean of each output token's largest weight: {peak:.2f} (uniform over {w_
       f"{1 / w_shipped.shape[1]:.2f})")
 metrics["shipped_gru_mean_peak_weight"] = peak
 metrics["shipped_gru_uniform_weight"] = 1 / w_shipped.shape[1]
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -125,6 +125,72 @@ metrics["max_path_difference"] = max(diffs.values())
 metrics["padding_weight_max"] = float(w_explicit[1, ..., -2:].abs().max())
 
 # %% [markdown]
+# ## Your turn: scaled dot-product attention by hand
+#
+# Two functions, each checked against the workbench's on random and edge-case inputs: batch 1, one head, length 1, a padding mask, a causal mask, a query whose every key is masked, cross-attention with Tq ≠ Tk, float64.
+
+# %% [markdown]
+# ### Exercise 02.attention_weights · `attention_weights`
+#
+# The attention weights $\mathrm{softmax}(QK^\top/\sqrt{d_k})$ over the keys, with a boolean mask (True = may attend): masked keys get weight 0, and a query whose every key is masked gets a row of zeros (not NaN).
+#
+# Shapes: `q` (B, H, Tq, d_k), `k` (B, H, Tk, d_k), `mask` broadcastable to (B, H, Tq, Tk) or None → (B, H, Tq, Tk).
+
+# %% tags=["exercise", "hide-input"]
+def attention_weights(q, k, mask=None):
+    """softmax(Q K^T / sqrt(d_k)), masked. Shapes: (B, H, Tq, d_k), (B, H, Tk, d_k) -> (B, H, Tq, Tk)."""
+    # BEGIN SOLUTION NO PROMPT
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])   # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)  # rows with no key: 0, not NaN
+    return weights
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write attention_weights, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex  # the checks: ex.check runs your function against the package's
+result = ex.check("02.attention_weights", attention_weights)
+attention_weights = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 02.attention · `attention`
+#
+# The attention output $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$, using your `attention_weights`.
+#
+# Shapes: `q` (B, H, Tq, d_k), `k` (B, H, Tk, d_k), `v` (B, H, Tk, d_v), `mask` as above → (B, H, Tq, d_v).
+
+# %% tags=["exercise", "hide-input"]
+def attention(q, k, v, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V. Shapes: ..., v (B, H, Tk, d_v) -> (B, H, Tq, d_v)."""
+    # BEGIN SOLUTION NO PROMPT
+    return attention_weights(q, k, mask) @ v
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write attention, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("02.attention", attention)
+attention = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %%
+out_yours = attention(q, k, v, mask)   # section 2's batch: the padded second sentence
+print("largest difference to the workbench:", float((out_yours - out_fused).abs().max()))
+
+# %% [markdown]
+# **Predict, then run.** Section 3 measures the variance of $q\cdot k$ for random unit-variance vectors. By what factor does it grow each time $d_k$ doubles? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_VARIANCE_FACTOR: float | None = None  # Var(q·k) at 2·d_k divided by Var(q·k) at d_k
+
+# %% [markdown]
 # ## 3 · Why divide by $\sqrt{d_k}$?
 #
 # If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then $q\cdot k=\sum_{i=1}^{d_k} q_i k_i$
@@ -160,6 +226,11 @@ metrics.update(
     jacobian_unscaled_largest_dk=study["jacobian_unscaled"][-1], jacobian_scaled_largest_dk=study["jacobian_scaled"][-1],
     jacobian_unscaled_smallest_dk=study["jacobian_unscaled"][0],
 )
+
+# %%
+ex.predict("02.variance_factor", PREDICT_VARIANCE_FACTOR, 2 ** fit[0],
+           "q·k is a sum of d_k independent products of variance 1, so its variance is d_k: it doubles with d_k "
+           "(the fitted log-log slope is 1), and the typical score grows like sqrt(d_k)", rel_tol=0.1)
 
 # %% [markdown]
 # Without scaling, the largest weight creeps towards 1, the entropy falls towards 0 and the gradient shrinks as
@@ -204,6 +275,9 @@ metrics.update(
 # %% [markdown]
 # ## 5 · What this notebook showed
 # The metrics are written to `metrics.json`; the assertions restate the claims above as checks on the measurements.
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -186,6 +186,17 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     from workbench.tools.notebook_runner import run_series
     from workbench.tools.notebooks import copy_notebooks, notebooks_dir, parse_parameters
 
+    if args.action == "grade":
+        return cmd_grade(args)
+    if args.action == "copy" and args.student:
+        from workbench.tools.assign import copy_student
+
+        written = copy_student(args.target, only=args.only or None, force=args.force)
+        for path in written:
+            print(path)
+        print(f"wrote {len(written)} student files (exercise solutions replaced by stubs, checks kept) from "
+              f"{notebooks_dir()}; grade them with `workbench notebooks grade {args.target}`")
+        return 0
     if args.action == "copy":
         written = copy_notebooks(args.target, only=args.only or None, force=args.force)
         for path in written:
@@ -212,6 +223,18 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
             print(f"    {r['error'].splitlines()[0][:300]}")
     print(f"report: {out / 'index.html'}")
     return 1 if failed else 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    """``notebooks grade DIR``: run the student copies, print one line per exercise; exit 1 when one failed or did
+    not run."""
+    from workbench.tools.assign import grade, grade_json, grade_table
+
+    logging.getLogger("papermill").setLevel(logging.ERROR)
+    logging.getLogger("workbench.tools.notebooks").setLevel(logging.ERROR)
+    rows = grade(args.target, smoke=args.smoke, only=args.only or None, jobs=args.jobs)
+    print(grade_json(rows) if args.json else grade_table(rows))
+    return 1 if any(r["status"] in ("failed", "not run") for r in rows) else 0
 
 
 def cmd_book(args: argparse.Namespace) -> int:
@@ -382,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output file (default RUN_DIR/averaged.pt)")
     p.set_defaults(func=cmd_average)
 
-    p = sub.add_parser("notebooks", help="run the notebook series headless, or copy it to edit")
+    p = sub.add_parser("notebooks", help="run the notebook series headless, copy it to edit (or as student versions), grade student copies")
     nsub = p.add_subparsers(dest="action", metavar="ACTION")
     r = nsub.add_parser("run", help="execute the notebooks with papermill and write HTML reports")
     r.add_argument("--smoke", action="store_true", help="tiny sizes (what CI runs)")
@@ -399,6 +422,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("target", metavar="DIR", help="the folder to copy into (created if missing)")
     r.add_argument("--only", action="append", help="copy only notebooks whose number or name matches (repeatable)")
     r.add_argument("--force", action="store_true", help="overwrite files of the same names in DIR")
+    r.add_argument("--student", action="store_true", help="student versions: each exercise's solution replaced by "
+                                                          "its stub (otter-grader's solution markers), checks kept")
+    r.set_defaults(func=cmd_notebooks)
+    r = nsub.add_parser("grade", help="run a folder of student copies and list every exercise: passed, not "
+                                      "attempted, or failed with its hint (exit 1 when one failed)")
+    r.add_argument("target", metavar="DIR", help="the folder of student copies")
+    r.add_argument("--smoke", action="store_true", help="run the notebooks with SMOKE=True (tiny sizes)")
+    r.add_argument("--only", action="append", help="grade only notebooks whose number or name matches (repeatable)")
+    r.add_argument("--json", action="store_true", help="print the rows as JSON (one object per exercise)")
+    r.add_argument("--jobs", type=int, default=None, help=JOBS_HELP)
     r.set_defaults(func=cmd_notebooks)
 
     p = sub.add_parser("book", help="the notebooks as a rendered, offline book (Sphinx + myst-nb)")

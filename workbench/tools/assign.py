@@ -1,0 +1,210 @@
+"""Student copies of the master notebooks, and grading a folder of them.
+
+The notebooks in ``notebooks/`` are masters: each exercise's solution sits between otter-grader's solution markers,
+so the masters stay compatible with ``otter assign``::
+
+    def attention_weights(q, k, mask=None):
+        \"\"\"... statement ...\"\"\"
+        # BEGIN SOLUTION NO PROMPT
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        ...
+        # END SOLUTION
+        \"\"\" # BEGIN PROMPT
+        raise NotImplementedError("write attention_weights")
+        \"\"\"  # END PROMPT
+
+:func:`strip_solutions` applies otter's rules line by line: a ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` block
+becomes ``...`` (removed outright with ``NO PROMPT``), a line ending in ``# SOLUTION`` becomes ``...`` (an
+assignment keeps its left side: ``x = ...``), a line ending in ``# SOLUTION NO PROMPT`` goes, and the lines between
+``# BEGIN PROMPT`` and ``# END PROMPT`` (a string in the master, so inert there) become code. The checks are kept.
+:func:`copy_student` writes the ``.ipynb`` and its paired jupytext ``.py`` stripped the same way, outputs removed.
+
+:func:`grade` runs a folder of copies with papermill and reads every exercise's result from each notebook's
+``metrics.json`` (``"exercises"``, written by :func:`workbench.lessons.exercises.summary`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import NotebookCopyError, NotebookParameterError
+
+BEGIN_SOLUTION = re.compile(r"^(\s*)# BEGIN SOLUTION( NO PROMPT)?\s*$")
+END_SOLUTION = re.compile(r"^\s*# END SOLUTION\s*$")
+BEGIN_PROMPT = re.compile(r'^\s*(""")?\s*# BEGIN PROMPT\s*$')
+END_PROMPT = re.compile(r'^\s*(""")?;?\s*# END PROMPT\s*$')
+SOLUTION_NO_PROMPT = re.compile(r"#\s*SOLUTION NO PROMPT\s*$")
+SOLUTION_ASSIGNMENT = re.compile(r"^(\s*[\w, .\[\]]+\s*=)(?!=).*#\s*SOLUTION\s*$")
+SOLUTION_LINE = re.compile(r"^(\s*)[^#\n]+#\s*SOLUTION\s*$")
+
+
+class SolutionMarkerError(NotebookCopyError):
+    """Unbalanced otter solution markers in a master notebook."""
+
+
+def strip_solutions(source: str, where: str = "cell") -> str:
+    """The student version of ``source``: otter-grader's solution markers applied (see the module docstring).
+
+    Raises:
+        SolutionMarkerError: a BEGIN without its END (or the reverse), or nested blocks; ``where`` names the cell.
+    """
+    out: list[str] = []
+    in_solution = in_prompt = False
+    for number, line in enumerate(source.split("\n"), start=1):
+        begin = BEGIN_SOLUTION.match(line)
+        if begin:
+            if in_solution or in_prompt:
+                raise SolutionMarkerError(f"{where}, line {number}: BEGIN SOLUTION inside another block: close it first")
+            in_solution = True
+            if not begin.group(2):
+                out.append(begin.group(1) + "...")
+            continue
+        if END_SOLUTION.match(line):
+            if not in_solution:
+                raise SolutionMarkerError(f"{where}, line {number}: END SOLUTION without BEGIN SOLUTION")
+            in_solution = False
+            continue
+        if in_solution:
+            continue
+        if BEGIN_PROMPT.match(line):
+            if in_prompt:
+                raise SolutionMarkerError(f"{where}, line {number}: BEGIN PROMPT inside another prompt")
+            in_prompt = True
+            continue
+        if END_PROMPT.match(line):
+            if not in_prompt:
+                raise SolutionMarkerError(f"{where}, line {number}: END PROMPT without BEGIN PROMPT")
+            in_prompt = False
+            continue
+        if SOLUTION_NO_PROMPT.search(line):
+            continue
+        assignment = SOLUTION_ASSIGNMENT.match(line)
+        if assignment:
+            out.append(assignment.group(1) + " ...")
+            continue
+        solution = SOLUTION_LINE.match(line)
+        if solution:
+            out.append(solution.group(1) + "...")
+            continue
+        out.append(line)
+    if in_solution or in_prompt:
+        raise SolutionMarkerError(f"{where}: a BEGIN {'SOLUTION' if in_solution else 'PROMPT'} is never closed")
+    return "\n".join(out)
+
+
+def has_solutions(source: str) -> bool:
+    """Does ``source`` hold otter solution markers?"""
+    return any(BEGIN_SOLUTION.match(line) or SOLUTION_NO_PROMPT.search(line) for line in source.split("\n"))
+
+
+def student_notebook(nb: Any, name: str = "notebook") -> Any:
+    """A copy of the nbformat notebook ``nb`` with every code cell's solutions stripped and all outputs removed."""
+    import copy
+
+    nb = copy.deepcopy(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        cell.source = strip_solutions(cell.source, f"{name}, cell {i}")
+        cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def copy_student(
+    target: str | Path,
+    only: str | Sequence[str] | None = None,
+    force: bool = False,
+    directory: str | Path | None = None,
+) -> list[Path]:
+    """Write student versions of the notebooks into ``target``: each ``.ipynb`` and its jupytext ``.py`` with the
+    solutions replaced by their stubs (:func:`strip_solutions`), the checks kept.
+
+    Raises:
+        NotebookCopyError: as :func:`workbench.tools.notebooks.copy_notebooks` (files in the way without ``force``).
+    """
+    import nbformat
+
+    from workbench.tools.notebooks import list_notebooks, select_notebooks
+
+    notebooks = select_notebooks(list_notebooks(directory), only)
+    folder = Path(target).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotebookCopyError(f"{folder} is a file, not a folder: give a folder to write the student copies into")
+    names = [f.name for nb in notebooks for f in (nb, nb.with_suffix(".py")) if f.is_file()]
+    clashes = [n for n in names if (folder / n).exists()]
+    if clashes and not force:
+        raise NotebookCopyError(f"{folder} already holds {', '.join(clashes[:4])}: nothing was written. Pass --force "
+                                "to overwrite them, or write into another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.write(student_notebook(nb, path.name), folder / path.name)
+        written.append(folder / path.name)
+        py = path.with_suffix(".py")
+        if py.is_file():
+            (folder / py.name).write_text(strip_solutions(py.read_text(encoding="utf-8"), py.name), encoding="utf-8")
+            written.append(folder / py.name)
+    return written
+
+
+# -- grading -----------------------------------------------------------------------------------------------------
+def grade(
+    directory: str | Path,
+    smoke: bool = False,
+    only: str | Sequence[str] | None = None,
+    out_dir: str | Path | None = None,
+    jobs: int | None = 1,
+    threads: int | None = None,
+    data_dir: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """Run every numbered notebook of ``directory`` and list every exercise of the series they hold.
+
+    Returns one row per exercise: ``{"notebook", "exercise", "status", "message", "mistake"}``, status one of
+    "passed", "not attempted", "failed", or "not run" (its notebook stopped before the end: the message says why).
+    """
+    from workbench.lessons.exercises import exercises_of
+    from workbench.tools.notebooks import list_notebooks, run_series
+
+    folder = Path(directory).expanduser()
+    if not list_notebooks(folder):
+        raise NotebookParameterError(f"{folder} holds no numbered notebook (NN_name.ipynb): give the folder of "
+                                     "student copies (`workbench notebooks copy --student DIR`)")
+    with tempfile.TemporaryDirectory(prefix="workbench-grade-") as tmp:
+        results = run_series(out_dir or tmp, smoke=smoke, only=only, directory=folder, jobs=jobs, threads=threads,
+                             data_dir=data_dir, quiet=True)
+    rows: list[dict[str, Any]] = []
+    for r in results:
+        number = r["name"].split("_", 1)[0]
+        found = {e["exercise"]: e for e in r.get("metrics", {}).get("exercises", [])}
+        expected = [e.id for e in exercises_of(number)]
+        for ex_id in expected + [k for k in found if k not in expected]:
+            if ex_id in found:
+                row = dict(found[ex_id])
+            else:
+                why = r.get("error", "its notebook ended without writing metrics.json").splitlines()[0][:200]
+                row = {"exercise": ex_id, "status": "not run", "message": f"the notebook stopped: {why}",
+                       "mistake": None}
+            rows.append({"notebook": r["name"], **row})
+    return rows
+
+
+def grade_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows of :func:`grade` as a plain-text table, one line per exercise and a count at the end."""
+    width = max([len(r["exercise"]) for r in rows] + [8])
+    lines = [f"{'exercise':{width}s}  {'status':13s}  hint"]
+    for r in rows:
+        hint = r["message"] if r["status"] != "passed" else ""
+        lines.append(f"{r['exercise']:{width}s}  {r['status']:13s}  {hint}")
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("passed", "not attempted", "failed", "not run")}
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" (of {len(rows)} exercises)")
+    return "\n".join(lines)
+
+
+def grade_json(rows: Sequence[dict[str, Any]]) -> str:
+    return json.dumps(list(rows), indent=1)
