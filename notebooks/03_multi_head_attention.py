@@ -131,6 +131,92 @@ metrics["loop_vs_reshape_max_diff"] = float((loop_out - out_hand).abs().max())
 print(f"one head at a time vs one reshape: max |diff| = {metrics['loop_vs_reshape_max_diff']:.1e}")
 
 # %% [markdown]
+# ## Your turn: the three pieces of multi-head attention
+#
+# Each check tries your function on random inputs and edge cases (batch 1, length 1, one head, odd head counts such as 3 and 5, float64).
+
+# %% [markdown]
+# ### Exercise 03.split_heads · `to_heads`
+#
+# Cut the feature axis into `n_heads` contiguous slices of width $d_{head} = D/h$ and put the head axis before the positions, so that attention runs over the positions within each head.
+#
+# Shapes: `x` (B, T, D) → (B, H, T, D/H).
+
+# %% tags=["exercise", "hide-input"]
+def to_heads(x, n_heads):
+    """(B, T, D) -> (B, H, T, D/H): head h owns features h*d_head ... (h+1)*d_head - 1."""
+    # BEGIN SOLUTION NO PROMPT
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)  # (B, T, H, d_head) -> (B, H, T, d_head)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write to_heads, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex  # the checks: ex.check runs your function against the package's
+result = ex.check("03.split_heads", to_heads)
+to_heads = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 03.merge_heads · `merge_heads`
+#
+# The inverse: concatenate the heads' outputs along the features at every position, $\mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)$.
+#
+# Shapes: `z` (B, H, T, d_v) → (B, T, H·d_v).
+
+# %% tags=["exercise", "hide-input"]
+def merge_heads(z):
+    """(B, H, T, d_v) -> (B, T, H*d_v): the heads side by side at each position."""
+    # BEGIN SOLUTION NO PROMPT
+    B, H, T, Dv = z.shape
+    return z.transpose(1, 2).reshape(B, T, H * Dv)  # (B, T, H, d_v) -> (B, T, H*d_v)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write merge_heads, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("03.merge_heads", merge_heads)
+merge_heads = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 03.multi_head_attention · `multi_head_attention`
+#
+# Self-attention with $h$ heads: $Q = xW^Q$, $K = xW^K$, $V = xW^V$, split into heads, scaled dot-product attention in each head (mask True = may attend), heads concatenated, times $W^O$:
+#
+# $$\mathrm{MultiHead}(x) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)W^O,\quad \mathrm{head}_i = \mathrm{softmax}\!\left(\frac{Q_iK_i^\top}{\sqrt{d_{head}}}\right)V_i$$
+#
+# Shapes: `x` (B, T, D), each `W_*` (D, D), `mask` (B, 1, 1, T) or None → (B, T, D). Use your two functions above. (`to_heads` is the `split_heads` of section 1 with the head count as an argument.)
+
+# %% tags=["exercise", "hide-input"]
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    """Concat(head_1..head_h) W_o. Shapes: x (B, T, D), W_* (D, D) -> (B, T, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    q, k, v = (to_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))   # (B, H, T, d_head) each
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])             # (B, H, T, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return merge_heads(torch.softmax(scores, dim=-1) @ v) @ W_o           # (B, T, D)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write multi_head_attention, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("03.multi_head_attention", multi_head_attention)
+multi_head_attention = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# **Predict, then run.** Section 3 counts the parameters of one multi-head block at a fixed `d_model`. How many times more parameters has a block with 8 heads than a block with 1 head? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_PARAMS_RATIO: float | None = None  # parameters with 8 heads / parameters with 1 head
+
+# %% [markdown]
 # ## 2 · The same numbers from the workbench and from `torch.nn.MultiheadAttention`
 #
 # `torch.nn.MultiheadAttention` keeps its weights in the same layout (`in_proj_weight`, `in_proj_bias`,
@@ -199,6 +285,12 @@ figures.bar_figure([str(h) for h in counts], list(counts.values()), xlabel="head
                    title=f"parameters of one multi-head block, d_model = {d_model}").show()
 metrics.update(param_counts_equal=len(set(counts.values())) == 1, param_count=counts[n_heads], param_formula=formula,
                nn_param_count=nn_count, head_counts_compared=len(counts))
+
+# %%
+ex.predict("03.params_ratio", PREDICT_PARAMS_RATIO,
+           wb.count_parameters(wb.MultiHeadAttention(64, 8)) / wb.count_parameters(wb.MultiHeadAttention(64, 1)),
+           "the same four d_model x d_model matrices are cut into h slices of width d_model/h: more heads "
+           "share the width, they do not add parameters", rel_tol=0.01)
 
 # %% [markdown]
 # ## 4 · What each head sees: heads built by hand
@@ -339,6 +431,9 @@ print({k_: f"{v_:.1e}" for k_, v_ in metrics.items() if k_.startswith("cross_max
 # reordering the sums of a `d_model`-wide product moves results by about $10^{-7}$ relative; `1e-5` leaves room
 # for that and nothing else (a wrong head order, a missing bias or the unscaled $1/\sqrt{d_\text{model}}$ all
 # give differences of order $10^{-1}$).
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -60,7 +60,7 @@ wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.model.positional import sinusoidal_table, distance_matrix, rotation_matrix, expected_norm, offset_profile, offset_spread
+from workbench.model.positional import sinusoidal_table, rotation_matrix, expected_norm, offset_profile, offset_spread
 table = sinusoidal_table(long_table, D_MODEL)                     # (positions, D_MODEL)
 shown = min(D_MODEL, 128)
 figures.positional_heatmap(table[:HEATMAP_POSITIONS, :shown],
@@ -68,6 +68,71 @@ figures.positional_heatmap(table[:HEATMAP_POSITIONS, :shown],
 dims = sorted({0, D_MODEL // 8, D_MODEL // 4, D_MODEL // 2} - {D_MODEL})    # fast to slow frequencies
 figures.line_figure(list(range(HEATMAP_POSITIONS)), {f"dimension {i}": table[:HEATMAP_POSITIONS, i] for i in dims},
                     xlabel="position p", ylabel="PE(p, i)", title="each dimension pair is a wave of its own frequency").show()
+
+# %% [markdown]
+# ## Your turn: the table and its distances
+#
+# Write the paper's table and the distance matrix; the checks compare them with the workbench's on several sizes, an odd `d_model` and a single position included.
+
+# %% [markdown]
+# ### Exercise 04.sinusoidal_table · `sinusoidal_table`
+#
+# $$PE_{(p, 2i)} = \sin\!\left(p / 10000^{2i/d_{model}}\right),\qquad PE_{(p, 2i+1)} = \cos\!\left(p / 10000^{2i/d_{model}}\right)$$
+#
+# for positions $p = 0, \dots,$ `max_len` − 1. With an odd `d_model` the last column is a sine. Return float32.
+#
+# Shapes: → (max_len, d_model).
+
+# %% tags=["exercise", "hide-input"]
+def sinusoidal_table(max_len, d_model):
+    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...). Shapes: -> (max_len, d_model) float32."""
+    # BEGIN SOLUTION NO PROMPT
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]                  # (T, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)                 # (ceil(D/2),)
+    angle = p / 10000 ** (two_i / d_model)                                   # (T, ceil(D/2))
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return pe.float()
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write sinusoidal_table, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex  # the checks: ex.check runs your function against the package's
+result = ex.check("04.sinusoidal_table", sinusoidal_table)
+sinusoidal_table = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 04.distance_matrix · `distance_matrix`
+#
+# The Euclidean distance between every pair of rows (positions), $\mathrm{dist}_{jk} = \lVert PE_j - PE_k \rVert_2$.
+#
+# Shapes: `table` (T, D) → (T, T), in the table's dtype.
+
+# %% tags=["exercise", "hide-input"]
+def distance_matrix(table):
+    """||PE_j - PE_k|| for every pair of rows. Shapes: (T, D) -> (T, T)."""
+    # BEGIN SOLUTION NO PROMPT
+    diff = table[:, None, :] - table[None, :, :]   # (T, T, D)
+    return (diff ** 2).sum(-1).sqrt()
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write distance_matrix, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("04.distance_matrix", distance_matrix)
+distance_matrix = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# **Predict, then run.** Every row of the table has the same length $\lVert PE_p \rVert$. With `D_MODEL` columns, what is it? (Hint: pair each sine with its cosine.) Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_ROW_NORM: float | None = None  # the norm of one row of the D_MODEL-wide table
 
 # %% [markdown]
 # ## The distance table
@@ -113,6 +178,11 @@ print(f"distance increases strictly for offsets 1..{grows_until}; rank correlati
 metrics.update(norm_error=float((norms - expected_norm(D_MODEL)).abs().max()), offset_spread=spread,
                grows_until_offset=grows_until, offset_rank_correlation=rank_corr,
                distance_offset1=mean[0], distance_offset_max=mean[-1])
+
+# %%
+ex.predict("04.row_norm", PREDICT_ROW_NORM, float(norms.mean()),
+           "each (sin, cos) pair of the same angle has length 1, and there are D_MODEL/2 pairs, so every row has "
+           "norm sqrt(D_MODEL/2) whatever the position", rel_tol=0.02)
 
 # %% [markdown]
 # ### Why: a shift is a rotation
@@ -276,6 +346,9 @@ print(f"sinusoidal model, teacher-forced copy accuracy: {acc_in:.2f} on trained 
 metrics.update(learned_refuses_long_input="max_len" in learned_error, learned_load_refused=bool(learned_load_error),
                sinusoidal_extends=tuple(memory.shape) == (1, TRAIN_MAX_LEN + 8, MODEL_D),
                sinusoidal_accuracy_trained_lengths=acc_in, sinusoidal_accuracy_longer=acc_out)
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -104,6 +104,67 @@ from workbench.viz.widgets import mask_explorer
 mask_explorer(length=T)
 
 # %% [markdown]
+# ## Your turn: the two masks
+#
+# Both masks are boolean with **True = may attend**, the convention of `F.scaled_dot_product_attention` (`torch.nn.Transformer` uses the opposite).
+
+# %% [markdown]
+# ### Exercise 05.padding_mask · `padding_mask`
+#
+# True at real tokens, False at padding.
+#
+# Shapes: `tokens` (B, T) integer ids, `pad_id` an int → (B, T) bool.
+
+# %% tags=["exercise", "hide-input"]
+def padding_mask(tokens, pad_id):
+    """True at real tokens. Shapes: (B, T) -> (B, T) bool."""
+    # BEGIN SOLUTION NO PROMPT
+    return tokens != pad_id
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write padding_mask, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex  # the checks: ex.check runs your function against the package's
+result = ex.check("05.padding_mask", padding_mask)
+padding_mask = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 05.causal_mask · `causal_mask`
+#
+# Query $i$ may attend to keys $j \le i$: itself and the past, never the future.
+#
+# Shapes: `T` an int → (T, T) bool.
+
+# %% tags=["exercise", "hide-input"]
+def causal_mask(T):
+    """True where key j <= query i. Shapes: -> (T, T) bool."""
+    # BEGIN SOLUTION NO PROMPT
+    return torch.ones(T, T, dtype=torch.bool).tril()
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write causal_mask, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("05.causal_mask", causal_mask)
+causal_mask = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# **Predict, then run.** How many entries of a 10 × 10 causal mask are True (may attend)? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_CAUSAL_TRUE: int | None = None  # the number of True entries of causal_mask(10)
+
+# %%
+ex.predict("05.causal_true", PREDICT_CAUSAL_TRUE, int(causal_mask(10).sum()),
+           "query i (counting from 1) sees keys 1..i, so the mask holds 1 + 2 + ... + 10 = 10·11/2 = 55 "
+           "Trues: a little over half of the 100 pairs")
+
+# %% [markdown]
 # ## $-\infty$ before the softmax gives exact zeros after
 #
 # Random scores for the target length, blocked cells set to $-\infty$, softmax along each row. The blocked weights are
@@ -160,6 +221,80 @@ metrics.update(no_leak=leak["past_identical"], past_max_diff=leak["past_max_diff
                dependency_upper_max=float(dep.triu(1).abs().max()), dependency_lower_min=float(dep.tril().diagonal().min()))
 
 # %% [markdown]
+# ## Your turn: a key/value cache and the greedy loop
+#
+# Decoding one token at a time, the keys and values of earlier positions never change, so they can be kept instead of recomputed. Write one decoding step of single-head causal self-attention with a cache; the check runs it step by step over a sequence and compares every step with the package's full causal attention.
+
+# %% [markdown]
+# ### Exercise 05.attend_with_cache · `attend_with_cache`
+#
+# Project the new position ($q = x W_q$, $k = x W_k$, $v = x W_v$), append its key and value to `cache.k` and `cache.v` (None before the first step; concatenate along the positions), then attend from $q$ to every cached position, itself included: $\mathrm{softmax}(qK^\top/\sqrt{D})V$.
+#
+# Shapes: `x_new` (B, 1, D), `cache.k`, `cache.v` (B, t, D) → (B, 1, D); the cache grows to (B, t+1, D).
+
+# %% tags=["exercise", "hide-input"]
+import math
+
+
+def attend_with_cache(x_new, cache, W_q, W_k, W_v):
+    """One decoding step with a key/value cache. Shapes: x_new (B, 1, D) -> (B, 1, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    k_new, v_new = x_new @ W_k, x_new @ W_v                                   # (B, 1, D)
+    cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], dim=1)  # (B, t+1, D)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], dim=1)
+    scores = (x_new @ W_q) @ cache.k.transpose(1, 2) / math.sqrt(x_new.shape[-1])  # (B, 1, t+1)
+    return torch.softmax(scores, dim=-1) @ cache.v
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write attend_with_cache, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("05.attend_with_cache", attend_with_cache)
+attend_with_cache = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 05.greedy_loop · `greedy_loop`
+#
+# Greedy decoding of one sentence: start from `[bos_id]`, append the most probable next token (`next_logits(prefix).argmax()`) until it is `eos_id`; when the budget of `max_len` tokens runs out, the last token is eos. Return the tokens after bos, eos included.
+#
+# Shapes: `next_logits(prefix: list[int])` → logits (V,); returns a list of at most `max_len` ints.
+
+# %% tags=["exercise", "hide-input"]
+def greedy_loop(next_logits, bos_id, eos_id, max_len):
+    """Greedy decoding: tokens after bos, eos included, at most max_len of them."""
+    # BEGIN SOLUTION NO PROMPT
+    prefix = [bos_id]
+    for t in range(max_len):
+        nxt = int(next_logits(prefix).argmax())
+        if t + 1 >= max_len:
+            nxt = eos_id  # out of budget: end it
+        prefix.append(nxt)
+        if nxt == eos_id:
+            break
+    return prefix[1:]
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write greedy_loop, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("05.greedy_loop", greedy_loop)
+greedy_loop = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# Your step, run token by token with a fresh cache, against the package's causal attention computed in one pass over the whole sequence:
+
+# %%
+from workbench.lessons.exercises.nb05 import run_step_by_step, full_causal_attention
+x_seq = torch.randn(2, 6, 8)
+W_seq = [torch.randn(8, 8) / math.sqrt(8) for _ in range(3)]
+stepwise_gap = float((run_step_by_step(attend_with_cache, x_seq, *W_seq) - full_causal_attention(x_seq, *W_seq)).abs().max())
+print(f"largest difference, step by step with the cache vs one causal pass: {stepwise_gap:.1e}")
+
+# %% [markdown]
 # ## Step-by-step decoding with a key/value cache
 #
 # At inference there is no reference: the decoder produces one token, appends it to its input and runs again. Keys
@@ -184,6 +319,9 @@ print(f"greedy outputs identical: {torch.equal(g_cache, g_plain)} ({g_cache.shap
       f"time with cache {t_cache*1e3:.1f} ms, without {t_plain*1e3:.1f} ms (untrained model, so the output is gibberish)")
 metrics.update(cache_max_diff=cache_diff, cache_length=cache.length, cache_same_greedy_output=bool(torch.equal(g_cache, g_plain)),
                greedy_ms_cache=t_cache * 1e3, greedy_ms_no_cache=t_plain * 1e3)
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:
