@@ -118,6 +118,82 @@ print(f"LayerNorm by hand vs torch: {ln_error:.1e}; a post-LN output token has n
 metrics.update(layernorm_error=ln_error, wiring_error=max(wiring.values()))
 
 # %% [markdown]
+# ## Your turn: LayerNorm and the two residual sub-layers
+#
+# Each check compares your function with `torch.nn.functional.layer_norm` or the workbench's `sublayer_connection` (dropout left out) on random inputs, batch 1 and length 1, a row of equal values (where only `eps` keeps the division finite) and float64.
+
+# %% [markdown]
+# ### Exercise 06.layer_norm · `layer_norm`
+#
+# $$\mathrm{LayerNorm}(x) = \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}}\,\gamma + \beta$$
+#
+# with $\mu$ and $\sigma^2$ the mean and the (biased) variance of each position's feature vector.
+#
+# Shapes: `x` (B, T, D), `gamma`, `beta` (D,) → (B, T, D).
+
+# %% tags=["exercise", "hide-input"]
+def layer_norm(x, gamma, beta, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis. Shapes: (B, T, D) -> (B, T, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    mean = x.mean(-1, keepdim=True)                                  # (B, T, 1)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)                   # biased: divide by D
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write layer_norm, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex  # the checks: ex.check runs your function against the package's
+result = ex.check("06.layer_norm", layer_norm)
+layer_norm = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 06.post_ln · `post_ln`
+#
+# The paper's residual sub-layer (post-LN): $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$.
+#
+# Shapes: `x` (B, T, D); `sublayer` and `norm` map (B, T, D) to (B, T, D).
+
+# %% tags=["exercise", "hide-input"]
+def post_ln(x, sublayer, norm):
+    """LayerNorm(x + Sublayer(x)). Shapes: (B, T, D) -> (B, T, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    return norm(x + sublayer(x))
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write post_ln, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("06.post_ln", post_ln)
+post_ln = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 06.pre_ln · `pre_ln`
+#
+# The pre-LN variant: $x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$ (the stack then needs a final LayerNorm).
+#
+# Shapes: as `post_ln`.
+
+# %% tags=["exercise", "hide-input"]
+def pre_ln(x, sublayer, norm):
+    """x + Sublayer(LayerNorm(x)). Shapes: (B, T, D) -> (B, T, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    return x + sublayer(norm(x))
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write pre_ln, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("06.pre_ln", pre_ln)
+pre_ln = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
 # ### Gradients and the residual stream at initialisation
 #
 # Two stacks of `N_LAYERS` + `N_LAYERS` layers, identical except for the LayerNorm placement, get the same batch
@@ -231,6 +307,12 @@ metrics["unigram_entropy"] = unigram
 # warm-up left it earliest of all. The closing checks state this with margins.
 
 # %% [markdown]
+# **Predict, then run.** In one encoder layer of the paper's base model ($d_{model} = 512$, $d_{ff} = 2048$), what fraction of the parameters sits in the feed-forward network (the rest is attention and two LayerNorms)? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_FFN_SHARE: float | None = None  # a fraction between 0 and 1
+
+# %% [markdown]
 # ## 2 · The position-wise feed-forward network
 #
 # $\mathrm{FFN}(x) = \max(0, xW_1 + b_1)W_2 + b_2$ is applied to every position separately and identically, with
@@ -262,6 +344,13 @@ figures.bar_figure(list(parts), list(parts.values()), ylabel="parameters", title
 print(f"feed-forward share: encoder layer {share_enc:.3f}, decoder layer {share_dec:.3f} (it has a second attention block)")
 metrics.update(ffn_conv_max_diff=float((by_linear - by_conv).abs().max()), ffn_position_independent=float((shifted - by_linear).abs().max()),
                ffn_share_encoder=share_enc, ffn_share_decoder=share_dec)
+
+# %%
+ffn_params = wb.count_parameters(FeedForward(512, 2048))
+layer_params = ffn_params + wb.count_parameters(wb.MultiHeadAttention(512, 8)) + 2 * 2 * 512  # + two LayerNorms
+ex.predict("06.ffn_share", PREDICT_FFN_SHARE, ffn_params / layer_params,
+           "the FFN has two d_model x d_ff matrices (2·4·d² with d_ff = 4d), attention four d x d ones (4d²): "
+           "8d² against 4d², so about two thirds", rel_tol=0.05)
 
 # %% [markdown]
 # Why two thirds: the attention block has four $d\times d$ matrices ($4d^2$), the feed-forward network two
@@ -303,6 +392,75 @@ metrics.update(embedding_error=float((emb - hand).abs().max()), scaled_to_positi
                unscaled_to_position_ratio=norms["token row"] / norms["position vector"], three_way_shared=bool(shared),
                saving_output_tie=counts["untied"] - counts["output tied"], saving_src_tie=counts["output tied"] - counts["all three tied"],
                embedding_size=V * d)
+
+# %% [markdown]
+# ## Your turn: the feed-forward network and the embeddings
+
+# %% [markdown]
+# ### Exercise 06.feed_forward · `feed_forward`
+#
+# $$\mathrm{FFN}(x) = \max(0,\, xW_1 + b_1)\,W_2 + b_2$$ at every position (the package's `FeedForward`, whose `nn.Linear` layers store $W^\top$).
+#
+# Shapes: `x` (B, T, D), `W1` (D, d_ff), `b1` (d_ff,), `W2` (d_ff, D), `b2` (D,) → (B, T, D).
+
+# %% tags=["exercise", "hide-input"]
+def feed_forward(x, W1, b1, W2, b2):
+    """max(0, x W1 + b1) W2 + b2. Shapes: (B, T, D) -> (B, T, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    return torch.relu(x @ W1 + b1) @ W2 + b2
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write feed_forward, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("06.feed_forward", feed_forward)
+feed_forward = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 06.scaled_embedding · `scaled_embedding`
+#
+# The input embedding (section 3.4): each token's row of the table, multiplied by $\sqrt{d_{model}}$ (the positions are added afterwards).
+#
+# Shapes: `tokens` (B, T) ids, `table` (V, d_model) → (B, T, d_model).
+
+# %% tags=["exercise", "hide-input"]
+def scaled_embedding(tokens, table):
+    """table[tokens] * sqrt(d_model). Shapes: (B, T), (V, D) -> (B, T, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    return table[tokens] * math.sqrt(table.shape[-1])
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write scaled_embedding, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("06.scaled_embedding", scaled_embedding)
+scaled_embedding = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 06.tied_logits · `tied_logits`
+#
+# The pre-softmax projection shares its matrix with the target embedding: $\mathrm{logits} = hE^\top$, one score per vocabulary entry.
+#
+# Shapes: `h` (B, T, d_model), `table` (V, d_model) → (B, T, V).
+
+# %% tags=["exercise", "hide-input"]
+def tied_logits(h, table):
+    """h E^T. Shapes: (B, T, D), (V, D) -> (B, T, V)."""
+    # BEGIN SOLUTION NO PROMPT
+    return h @ table.T
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write tied_logits, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("06.tied_logits", tied_logits)
+tied_logits = result.function  # yours if it passed, else the package's: the cells below work either way
+result
 
 # %% [markdown]
 # ## 4 · The final linear layer and the softmax
@@ -385,6 +543,9 @@ metrics.update({f"{n}_{k}": v for n, r in totals.items() for k, v in r.items()})
 
 # %% [markdown]
 # ## 6 · What this notebook showed
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -76,6 +76,12 @@ from workbench.translation.metrics import corpus_bleu
 from workbench.translation.tokenizer import WordTokenizer
 
 # %% [markdown]
+# **Predict, then run.** The paper's schedule (`PAPER_D_MODEL`, `PAPER_WARMUP` warm-up steps) first rises, then falls. At which step is the learning rate largest? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_PEAK_STEP: int | None = None  # the step of the largest learning rate
+
+# %% [markdown]
 # ## 1 · The learning-rate schedule
 #
 # $$\text{lrate}(s) = \text{factor}\cdot d_\text{model}^{-0.5}\cdot\min\!\left(s^{-0.5},\; s\cdot
@@ -106,6 +112,40 @@ paper, ours = schedule.values()
 metrics.update(paper_peak_step=paper["argmax"], paper_peak=paper["peak"], paper_peak_formula=paper["peak_formula"],
                our_peak_step=ours["argmax"], our_peak=ours["peak"], our_peak_formula=ours["peak_formula"],
                warmup_linear_ratio=paper["linear_ratio"], decay_ratio_4x=paper["decay_ratio"])
+
+# %%
+from workbench.lessons import exercises as ex  # predictions and exercise checks
+ex.predict("07.peak_step", PREDICT_PEAK_STEP, paper["argmax"],
+           "the rate is min(s^-0.5, s·warmup^-1.5) times constants: the two terms are equal at s = warmup, "
+           "the rising one is smaller before it and the falling one after, so the peak is the warm-up step",
+           rel_tol=0.01)
+
+# %% [markdown]
+# ## Your turn: the schedule as a function of the step
+
+# %% [markdown]
+# ### Exercise 07.rate · `rate_by_hand`
+#
+# $$\mathrm{lrate}(s) = d_{model}^{-0.5} \cdot \min\!\left(s^{-0.5},\; s \cdot \mathrm{warmup}^{-1.5}\right)$$
+#
+# with steps counted from 1 (the first update has $s = 1$).
+#
+# Shapes: ints in, a float out.
+
+# %% tags=["exercise", "hide-input"]
+def rate_by_hand(step, d_model, warmup):
+    """d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), steps from 1."""
+    # BEGIN SOLUTION NO PROMPT
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write rate_by_hand, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("07.rate", rate_by_hand)
+rate_by_hand = result.function  # yours if it passed, else the package's: the cells below work either way
+result
 
 # %% [markdown]
 # ## 2 · Label smoothing
@@ -165,6 +205,59 @@ figures.line_figure(margins, {f"smoothed (ε = {LABEL_SMOOTHING})": per_margin, 
 print(f"minimum at c = {margins[int(np.argmin(per_margin))]:.2f} (formula c* = {c_star:.2f}); loss at p = q: {at_q:.4f} = H(q) = {entropy_q:.4f}")
 metrics.update(best_margin=float(margins[int(np.argmin(per_margin))]), best_margin_formula=c_star, loss_at_q=at_q,
                entropy_q=entropy_q, loss_at_largest_margin=per_margin[-1], unsmoothed_falls=bool(np.all(np.diff(unsmoothed) < 0)))
+
+# %% [markdown]
+# ## Your turn: teacher forcing and the smoothed loss
+
+# %% [markdown]
+# ### Exercise 07.shift_target · `shift_target`
+#
+# A target batch holds `bos y1 ... yn eos` (then padding). The decoder reads it shifted right and predicts the next token: input `bos y1 ... yn`, target `y1 ... yn eos`.
+#
+# Shapes: `tgt` (B, T) → `tgt_in`, `tgt_out` (B, T − 1).
+
+# %% tags=["exercise", "hide-input"]
+def shift_target(tgt):
+    """(tgt_in, tgt_out): the decoder input and the next tokens. Shapes: (B, T) -> (B, T-1), (B, T-1)."""
+    # BEGIN SOLUTION NO PROMPT
+    return tgt[:, :-1], tgt[:, 1:]
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write shift_target, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("07.shift_target", shift_target)
+shift_target = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 07.label_smoothed_loss · `smoothed_loss`
+#
+# The label-smoothed cross-entropy, summed over the non-padding targets: the target keeps $1-\varepsilon$ of the mass and $\varepsilon$ is spread uniformly over all $V$ classes,
+#
+# $$\ell = (1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \frac{1}{V}\sum_{c} (-\log p_c).$$
+#
+# Shapes: `logits` (B, T, V), `targets` (B, T) → a scalar tensor.
+
+# %% tags=["exercise", "hide-input"]
+def smoothed_loss(logits, targets, pad_id, eps):
+    """Summed label-smoothed cross-entropy over the real targets. Shapes: (B, T, V), (B, T) -> ()."""
+    # BEGIN SOLUTION NO PROMPT
+    logp = torch.log_softmax(logits.float(), dim=-1)                       # (B, T, V)
+    nll = -logp.gather(-1, targets[..., None]).squeeze(-1)                 # (B, T)
+    uniform = -logp.mean(-1)                                               # (B, T)
+    loss = (1 - eps) * nll + eps * uniform
+    return loss[targets != pad_id].sum()
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write smoothed_loss, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("07.label_smoothed_loss", smoothed_loss)
+smoothed_loss = result.function  # yours if it passed, else the package's: the cells below work either way
+result
 
 # %% [markdown]
 # ## 3 · Adam's settings
@@ -276,6 +369,32 @@ metrics.update(average_mean_error=mean_error, snapshot_spread=spread, val_loss_a
                val_loss_snapshots_min=min(snap_losses), bleu_average=rows[-1]["greedy BLEU"], bleu_last_snapshot=rows[-2]["greedy BLEU"])
 
 # %% [markdown]
+# ## Your turn: averaging weights
+
+# %% [markdown]
+# ### Exercise 07.average_checkpoints · `average_weights`
+#
+# The element-wise mean of several checkpoints' weights: for every name, $\bar W = \frac1n\sum_j W^{(j)}$ (sum in float64, return each tensor in the last checkpoint's dtype).
+#
+# Shapes: a list of dicts name → tensor; every tensor keeps its shape.
+
+# %% tags=["exercise", "hide-input"]
+def average_weights(state_dicts):
+    """The element-wise mean of a list of state dicts."""
+    # BEGIN SOLUTION NO PROMPT
+    n, last = len(state_dicts), state_dicts[-1]
+    return {name: (sum(sd[name].double() for sd in state_dicts) / n).to(t.dtype) for name, t in last.items()}
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write average_weights, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("07.average_checkpoints", average_weights)
+average_weights = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
 # ## 6 · The length penalty in beam search
 #
 # A beam search that ranks hypotheses by their log-probability prefers short outputs: every extra token multiplies
@@ -318,6 +437,56 @@ metrics.update(mean_length_by_alpha={str(a): v for a, v in mean_len.items()}, re
                length_gain=mean_len[max(alphas)] - mean_len[min(alphas)])
 
 # %% [markdown]
+# ## Your turn: the length penalty and one beam-search step
+
+# %% [markdown]
+# ### Exercise 07.length_penalty · `gnmt_length_penalty`
+#
+# $$lp(Y) = \left(\frac{5 + |Y|}{6}\right)^{\alpha}$$
+#
+# Shapes: `length` (N,) integer tensor → (N,) float.
+
+# %% tags=["exercise", "hide-input"]
+def gnmt_length_penalty(length, alpha):
+    """((5 + |Y|) / 6) ** alpha. Shapes: (N,) -> (N,) float."""
+    # BEGIN SOLUTION NO PROMPT
+    return ((5.0 + length.float()) / 6.0) ** alpha
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write gnmt_length_penalty, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("07.length_penalty", gnmt_length_penalty)
+gnmt_length_penalty = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 07.beam_step · `beam_step`
+#
+# One step of beam search: every beam $b$ extended by every token $w$ scores `scores[b] + logp[b, w]`; keep the $K$ best of the $K \cdot V$ candidates of each sentence, with the beam each came from and its token.
+#
+# Shapes: `scores` (B, K), `logp` (B, K, V) → new scores (B, K), beam (B, K) long, token (B, K) long, best first.
+
+# %% tags=["exercise", "hide-input"]
+def beam_step(scores, logp):
+    """The K best (beam, token) extensions. Shapes: (B, K), (B, K, V) -> (B, K), (B, K), (B, K)."""
+    # BEGIN SOLUTION NO PROMPT
+    B, K, V = logp.shape
+    candidates = (scores[:, :, None] + logp).reshape(B, K * V)           # (B, K*V)
+    best, index = candidates.topk(K, dim=-1)                              # (B, K)
+    return best, index // V, index % V
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write beam_step, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("07.beam_step", beam_step)
+beam_step = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
 # ## 7 · Where our recipe departs from the paper, and why
 #
 # The benchmarked CPU recipe of the command-line reference (`workbench train --preset small --max-tokens 3072
@@ -347,6 +516,9 @@ metrics.update(small_recipe_parameters=n_small, base_parameters=n_base)
 
 # %% [markdown]
 # ## 8 · What this notebook showed
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

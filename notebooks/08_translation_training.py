@@ -72,6 +72,12 @@ if history:
     print("tokens/s per epoch:", [round(x) for x in history.get("tokens_per_s", [])])
 
 # %% [markdown]
+# **Predict, then run.** Below, the same weights translate the test set greedily and with beam search (4 beams). Which gets the higher sacreBLEU? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_BETTER_DECODER: str | None = None  # "greedy" or "beam 4"
+
+# %% [markdown]
 # ## Greedy vs beam search, with and without checkpoint averaging
 # sacreBLEU on detokenized, cased text, with its signature, is the reproducible number: anyone with the same
 # references and signature gets the same score. It is *not* what the paper reports: Table 2 gives tokenized BLEU on
@@ -97,8 +103,86 @@ import pandas as pd
 pd.DataFrame(results).T
 
 # %%
+from workbench.lessons import exercises as ex  # predictions and exercise checks
+beam_wins = results[f"{best}, beam 4"]["bleu"] > results[f"{best}, greedy"]["bleu"]
+ex.predict("08.better_decoder", PREDICT_BETTER_DECODER, "beam 4" if beam_wins else "greedy",
+           "beam search keeps several hypotheses alive and usually finds translations of higher model "
+           "probability, which for a trained model tends to mean a higher BLEU; a barely trained model can "
+           "reverse this, since its most probable outputs are not the best translations")
+
+# %%
 for i in range(5):
     print("DE :", sources[i]); print("REF:", refs[i]); print("HYP:", hyps_beam[i]); print()
+
+# %% [markdown]
+# ## Your turn: BLEU by hand
+#
+# BLEU multiplies a brevity penalty by the geometric mean of the clipped $n$-gram precisions $p_1 \dots p_4$. Write the two pieces; the checks compare them with sacreBLEU's own counting, then the cell after them rebuilds the corpus score of the beam-search translations above and puts it beside `corpus_bleu`.
+
+# %% [markdown]
+# ### Exercise 08.ngram_matches · `ngram_matches`
+#
+# For one sentence: the hypothesis' $n$-grams matched in the reference, each counted at most as often as it occurs in the reference (clipped), and the number of $n$-grams in the hypothesis:
+#
+# $$\mathrm{matches}_n = \sum_{g} \min(\mathrm{count}_{hyp}(g), \mathrm{count}_{ref}(g)),\qquad \mathrm{total}_n = \sum_g \mathrm{count}_{hyp}(g).$$
+#
+# Shapes: two lists of tokens and `n` → two ints.
+
+# %% tags=["exercise", "hide-input"]
+def ngram_matches(hyp, ref, n):
+    """(clipped matches, hypothesis n-grams) of one sentence."""
+    # BEGIN SOLUTION NO PROMPT
+    from collections import Counter
+    grams = lambda tokens: Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))  # noqa: E731
+    h, r = grams(hyp), grams(ref)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write ngram_matches, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("08.ngram_matches", ngram_matches)
+ngram_matches = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 08.brevity_penalty · `brevity_penalty`
+#
+# $$BP = \begin{cases}1 & c \ge r\\ e^{1 - r/c} & c < r\end{cases}$$ with $c$ the hypotheses' length and $r$ the references' (in tokens, over the corpus); an empty output gets 0.
+#
+# Shapes: two ints → a float.
+
+# %% tags=["exercise", "hide-input"]
+def brevity_penalty(hyp_len, ref_len):
+    """1 if hyp_len >= ref_len else exp(1 - ref_len / hyp_len); 0 for an empty output."""
+    # BEGIN SOLUTION NO PROMPT
+    if hyp_len >= ref_len:
+        return 1.0
+    return math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write brevity_penalty, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("08.brevity_penalty", brevity_penalty)
+brevity_penalty = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %%
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+tok13a = Tokenizer13a()  # sacreBLEU's default tokenization, applied before counting
+pairs_tok = [(tok13a(h).split(), tok13a(r).split()) for h, r in zip(hyps_beam, refs)]
+counts = [[ngram_matches(h, r, n) for h, r in pairs_tok] for n in range(1, 5)]
+precisions = [100 * sum(m for m, _ in c) / max(1, sum(t for _, t in c)) for c in counts]
+bp_hand = brevity_penalty(sum(len(h) for h, _ in pairs_tok), sum(len(r) for _, r in pairs_tok))
+reference_bleu = corpus_bleu(hyps_beam, refs)
+print("precisions by hand:", [round(p, 2) for p in precisions], " sacreBLEU:", [round(p, 2) for p in reference_bleu.precisions])
+print(f"brevity penalty by hand {bp_hand:.4f}, sacreBLEU {reference_bleu.bp:.4f}")
+if all(p > 0 for p in precisions):  # with a zero precision sacreBLEU smooths it; the plain formula gives 0
+    bleu_hand = bp_hand * math.exp(sum(math.log(p / 100) for p in precisions) / 4) * 100
+    print(f"BLEU by hand {bleu_hand:.2f}, sacreBLEU {reference_bleu.score:.2f}")
 
 # %% [markdown]
 # ## Beside the translators that ship with the workbench
@@ -167,6 +251,9 @@ else:
     print("RNN_STEPS = 0: no recurrent baseline trained here (the shipped gru-de-en above is the baseline)")
 figures.bar_figure(list(results), [r["bleu"] for r in results.values()], title="sacreBLEU on test_2016_flickr", ylabel="BLEU").show()
 metrics.update({k: v["bleu"] for k, v in results.items()}, signature=results[f"{best}, beam 4"]["signature"], n_test=len(test))
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:
