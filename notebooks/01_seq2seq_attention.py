@@ -82,8 +82,8 @@ metrics["worked_alpha"] = alpha.tolist()
 # %%
 from workbench.lessons import exercises as ex  # predictions and exercise checks
 ex.predict("01.largest_state", PREDICT_LARGEST_STATE, int(alpha.argmax()) + 1,
-           "the softmax keeps the order of the scores, so the state with the largest dot product s_t·h_i "
-           "(here h_3, which agrees with s_t on every coordinate) gets the most weight")
+           f"the softmax keeps the order of the scores e = {[round(x, 2) for x in e.tolist()]}, so the state "
+           "with the largest dot product s_t·h_i gets the most weight, however small the gap")
 
 # %% [markdown]
 # The same computation, batched, is what `workbench.rnn.DotProductAttention` does for every decoder step at once.

@@ -183,6 +183,8 @@ print(f"brevity penalty by hand {bp_hand:.4f}, sacreBLEU {reference_bleu.bp:.4f}
 if all(p > 0 for p in precisions):  # with a zero precision sacreBLEU smooths it; the plain formula gives 0
     bleu_hand = bp_hand * math.exp(sum(math.log(p / 100) for p in precisions) / 4) * 100
     print(f"BLEU by hand {bleu_hand:.2f}, sacreBLEU {reference_bleu.score:.2f}")
+    assert abs(bleu_hand - reference_bleu.score) < 1e-6
+assert max(abs(a - b) for a, b in zip(precisions, reference_bleu.precisions)) < 1e-6 and abs(bp_hand - reference_bleu.bp) < 1e-9
 
 # %% [markdown]
 # ## Beside the translators that ship with the workbench

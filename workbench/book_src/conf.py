@@ -8,12 +8,18 @@ author = "Attention Workbench developers"
 copyright = "Attention Workbench developers"
 language = "en"
 
-extensions = ["myst_nb", "sphinx-mathjax-offline"]
+extensions = ["myst_nb", "sphinx-mathjax-offline", "sphinx_togglebutton"]
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 
 # -- notebooks: already executed by papermill; never run them again here
 nb_execution_mode = "off"
 nb_merge_streams = True
+# -- exercises: each solution cell is tagged `hide-input`, so its code is collapsed behind this toggle (its check,
+#    the next cell, stays open); sphinx-togglebutton collapses `{toggle}` / dropdown content the same way
+nb_code_prompt_show = "Show the solution"
+nb_code_prompt_hide = "Hide the solution"
+togglebutton_hint = "Show"
+togglebutton_hint_hide = "Hide"
 nb_ipywidgets_js = {}  # widget outputs are turned into static snapshots: no require.js / html-manager from a CDN
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 
