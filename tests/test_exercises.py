@@ -18,7 +18,8 @@ import torch
 
 from workbench.lessons import exercises as ex
 from workbench.tools.assign import SolutionMarkerError, copy_student, has_solutions, strip_solutions
-from workbench.tools.notebooks import list_notebooks, run_notebook
+from workbench.tools.notebook_runner import run_notebook
+from workbench.tools.notebooks import list_notebooks
 
 REPO = Path(__file__).resolve().parents[1]
 MASTERS = [p for p in list_notebooks(REPO / "notebooks") if p.stem[:2] in {f"0{i}" for i in range(1, 9)}]

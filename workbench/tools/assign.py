@@ -169,7 +169,8 @@ def grade(
     "passed", "not attempted", "failed", or "not run" (its notebook stopped before the end: the message says why).
     """
     from workbench.lessons.exercises import exercises_of
-    from workbench.tools.notebooks import list_notebooks, run_series
+    from workbench.tools.notebook_runner import run_series
+    from workbench.tools.notebooks import list_notebooks
 
     folder = Path(directory).expanduser()
     if not list_notebooks(folder):

@@ -231,7 +231,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from workbench.tools.assign import grade, grade_json, grade_table
 
     logging.getLogger("papermill").setLevel(logging.ERROR)
-    logging.getLogger("workbench.tools.notebooks").setLevel(logging.ERROR)
+    logging.getLogger("workbench.tools.notebook_runner").setLevel(logging.ERROR)
     rows = grade(args.target, smoke=args.smoke, only=args.only or None, jobs=args.jobs)
     print(grade_json(rows) if args.json else grade_table(rows))
     return 1 if any(r["status"] in ("failed", "not run") for r in rows) else 0
