@@ -421,7 +421,7 @@ result
 # %% [markdown]
 # ### Exercise 06.scaled_embedding · `scaled_embedding`
 #
-# The input embedding (section 3.4): each token's row of the table, multiplied by $\sqrt{d_{model}}$ (the positions are added afterwards).
+# The input embedding (§3.4): each token's row of the table, multiplied by $\sqrt{d_{model}}$ (the positions are added afterwards).
 #
 # Shapes: `tokens` (B, T) ids, `table` (V, d_model) → (B, T, d_model).
 
