@@ -65,3 +65,8 @@ class BookError(WorkbenchError, RuntimeError):
 
 class PatchingError(InterventionError):
     """Activation patching that cannot be done as asked: unknown site, unequal lengths, a cache from another model."""
+
+
+class BridgeError(WorkbenchError, ValueError):
+    """A model that cannot cross a bridge to or from another library (Hugging Face, CTranslate2): an unsupported
+    architecture, a configuration field the other side cannot represent, unsafe or missing weights."""

@@ -15,7 +15,8 @@ from workbench.errors import ConfigError
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 PRECISIONS = ("auto", "fp32", "bf16")  # the number formats of a run (workbench.runtime.choose_precision)
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "swish")
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 
 
 def _check(cond: bool, field: str, value: Any, fix: str) -> None:
@@ -47,8 +48,13 @@ class ModelConfig:
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (paper section 3.4)
     tie_output: bool = True  # share the target embedding with the pre-softmax projection (paper 3.4)
     tie_src_tgt: bool = False  # also share the source embedding (needs one joint vocabulary; the paper presets do)
-    activation: str = "relu"  # feed-forward non-linearity: "relu" (paper) or "gelu"
+    activation: str = "relu"  # feed-forward non-linearity: "relu" (paper), "gelu" (exact, erf) or "swish" (x * sigmoid(x), opus-mt)
     layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
+    # where the sines and cosines of the sinusoidal table sit: "interleaved" is the paper's Eq. (PE[2i] = sin,
+    # PE[2i+1] = cos); "halves" puts every sine first and every cosine second, same frequencies (Marian/opus-mt,
+    # fairseq, tensor2tensor): a fixed permutation of the columns, so trained weights only work with their own layout
+    sinusoidal_layout: str = "interleaved"
+    output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); the paper has none
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
@@ -71,6 +77,9 @@ class ModelConfig:
             _check(_is_probability(value), name, value, "use a probability in [0, 1)")
         _check(self.positional in POSITIONAL_KINDS, "positional", self.positional, f"choose one of {POSITIONAL_KINDS}")
         _check(self.activation in ACTIVATIONS, "activation", self.activation, f"choose one of {ACTIVATIONS}")
+        _check(self.sinusoidal_layout in SINUSOIDAL_LAYOUTS, "sinusoidal_layout", self.sinusoidal_layout,
+               f"choose one of {SINUSOIDAL_LAYOUTS} ('interleaved' is the paper's, 'halves' is Marian's)")
+        _check(isinstance(self.output_bias, bool), "output_bias", self.output_bias, "use True or False")
         _check(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "use a small positive number such as 1e-5")
 
     @property

@@ -9,10 +9,12 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> Tensor:
+def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0, layout: str = "interleaved") -> Tensor:
     """The paper's table: PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)).
 
-    Works for odd ``d_model`` too (the last column is a sine).
+    Works for odd ``d_model`` too (the last column is a sine). ``layout="halves"`` moves the same columns into
+    the order Marian (opus-mt), fairseq and tensor2tensor use: every sine first, then every cosine,
+    ``[PE[:, 0::2], PE[:, 1::2]]``.
 
     Shapes:
         -> (max_len, d_model) float32
@@ -23,6 +25,10 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> Tenso
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    if layout == "halves":
+        table = torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)  # (T, ceil(D/2)) sines, (T, D//2) cosines
+    elif layout != "interleaved":
+        raise ValueError(f"unknown sinusoidal layout {layout!r}: choose 'interleaved' (the paper's) or 'halves'")
     return table.float()
 
 
@@ -143,9 +149,9 @@ def rotation_matrix(k: int, d_model: int, base: float = 10000.0) -> Tensor:
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table (a non-persistent buffer, so checkpoints stay small)."""
 
-    def __init__(self, d_model: int, max_len: int) -> None:
+    def __init__(self, d_model: int, max_len: int, layout: str = "interleaved") -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, layout=layout), persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Shapes: x (B, T, D) -> (B, T, D); positions offset..offset+T-1."""

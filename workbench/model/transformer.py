@@ -28,14 +28,15 @@ from workbench.model.positional import LearnedPositionalEncoding, SinusoidalPosi
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately (paper 3.3)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately (paper 3.3); GELU or swish
+    (x * sigmoid(x)) in place of max(0, .) when the config asks."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         """Shapes: (B, T, d_model) -> (B, T, d_model)."""
@@ -162,8 +163,10 @@ class Embedding(nn.Module):
         nn.init.normal_(self.tokens.weight, std=cfg.d_model**-0.5)
         with torch.no_grad():
             self.tokens.weight[pad_id].zero_()
-        pe_cls = SinusoidalPositionalEncoding if cfg.positional == "sinusoidal" else LearnedPositionalEncoding
-        self.positional = pe_cls(cfg.d_model, cfg.max_len)
+        if cfg.positional == "sinusoidal":
+            self.positional = SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len, layout=cfg.sinusoidal_layout)
+        else:
+            self.positional = LearnedPositionalEncoding(cfg.d_model, cfg.max_len)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -201,7 +204,10 @@ class Transformer(nn.Module):
         # pre-LN stacks need a final LayerNorm (post-LN layers already end in one)
         self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
-        self.generator = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        # the pre-softmax projection; a bias only where a converted model has one (Marian's final_logits_bias)
+        self.generator = nn.Linear(cfg.d_model, tgt_vocab_size, bias=cfg.output_bias)
+        if cfg.output_bias:
+            nn.init.zeros_(self.generator.bias)
         if cfg.tie_output:
             self.generator.weight = self.tgt_embed.tokens.weight
         else:

@@ -149,6 +149,7 @@ def beam_search(
     return_scores: bool = False,
     early_stop: bool = True,
     on_step: Callable[[dict[str, Tensor]], None] | None = None,
+    keep_finished: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Batched beam search with GNMT length penalty; hypotheses are ranked by log P / lp at the end.
 
@@ -163,11 +164,24 @@ def beam_search(
     ``scores`` (B*K,) summed log-probabilities, ``lengths`` (B*K,) and ``done`` (B*K,) after the step
     (:func:`workbench.translation.decode_trace.trace_beam` records the search's tree with it).
 
+    ``keep_finished=True`` runs the other common variant (transformers' ``generate``, fairseq): ``beam`` unfinished
+    hypotheses always go on, and finished ones are kept aside, the ``beam`` best of them; a finished hypothesis is
+    then never pushed out by unfinished ones that later fall below it. With ``alpha=0`` it is transformers'
+    beam search with ``length_penalty=0.0``, ``early_stopping=False`` and the same length limit (see
+    :func:`_beam_search_kept` and tests/test_bridges.py).
+
     Shapes:
         src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
     """
     _check_src(model, src)
     _check_beam(beam, getattr(model, "tgt_vocab_size", None))
+    if keep_finished:
+        if on_step is not None or not early_stop:
+            raise DecodingError("keep_finished=True takes neither on_step nor early_stop=False: trace or run the "
+                                "default beam without early stopping instead")
+        with _eval_mode(model):
+            return _beam_search_kept(model, src, beam, alpha, bos_id, eos_id, max_extra, max_len, use_cache,
+                                     return_scores)
     with _eval_mode(model):
         B, K, device = src.shape[0], beam, src.device
         src_mask = model.src_mask(src)
@@ -217,6 +231,77 @@ def beam_search(
         rows = torch.arange(B, device=device) * K + best
         result = seqs.index_select(0, rows)[:, 1:]
         return (result, normalised.gather(1, best[:, None]).squeeze(1)) if return_scores else result
+
+
+_NEG = -1.0e9  # "impossible" as transformers writes it (a finite number, so sums stay ordered)
+
+
+def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id: int, eos_id: int, max_extra: int,
+                      max_len: int | None, use_cache: bool, return_scores: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """Beam search with a separate store of finished hypotheses, step for step as transformers' ``generate``:
+
+    1. the 2K best continuations of the K running hypotheses (accumulated log-probabilities);
+    2. the K best of them that do not end (no eos, length left) run on;
+    3. those among the first K that end enter the store (score / lp(length)) if they beat its worst;
+    4. a sentence stops when its store is full and the best running hypothesis, at its best possible normalised
+       score, cannot beat the store's worst; the search stops when every sentence has, or at the length limit.
+
+    Shapes:
+        src (B, S) -> (B, T) best finished hypothesis (eos included, pad after), [scores (B,)]
+    """
+    B, device, pad = src.shape[0], src.device, model.pad_id
+    src_mask = model.src_mask(src)
+    memory = model.encode(src, src_mask)
+    limits = _step_limits(model, src, max_extra, max_len)  # (B,)
+    expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
+    step = _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache)
+    T = int(limits.max())
+    seqs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
+    running = torch.full((B, K), _NEG, device=device)
+    running[:, 0] = 0.0  # all beams start identical: keep one alive at first
+    store = torch.full((B, K, T), pad, dtype=torch.long, device=device)  # finished hypotheses, best first
+    store_scores = torch.full((B, K), _NEG, device=device)
+    store_real = torch.zeros(B, K, dtype=torch.bool, device=device)  # slot holds a finished hypothesis
+    active = torch.ones(B, dtype=torch.bool, device=device)  # the store may still improve
+    base = torch.arange(B, device=device)[:, None] * K  # (B, 1) first row of each sentence
+    for t in range(T):
+        logp = torch.log_softmax(step(seqs).float(), dim=-1)  # (B*K, V)
+        V = logp.shape[-1]
+        over = t + 1 >= limits  # (B,) this token is the last one allowed
+        forced = torch.full_like(logp, float("-inf"))
+        forced[:, eos_id] = 0.0
+        logp = torch.where(over.repeat_interleave(K)[:, None], forced, logp)  # budget spent: only eos
+        cand = (running.view(-1, 1) + logp).view(B, K * V)
+        top, idx = cand.topk(2 * K, dim=-1)  # (B, 2K)
+        origin, token = idx // V, idx % V  # (B, 2K) source beam and new token
+        ends = (token == eos_id) | over[:, None]  # (B, 2K)
+        # finished candidates among the first K enter the store
+        prefix = seqs.view(B, K, -1)[:, :, 1:]  # (B, K, t) tokens so far, bos dropped
+        new = torch.full((B, K, T), pad, dtype=torch.long, device=device)
+        new[:, :, :t] = prefix.gather(1, origin[:, :K, None].expand(B, K, t))
+        new[:, :, t] = token[:, :K]
+        fresh = top[:, :K] / length_penalty(torch.tensor(t + 1, device=device), alpha)
+        fresh = fresh + (~ends[:, :K]).float() * _NEG + (~active)[:, None].float() * _NEG
+        merged = torch.cat([store_scores, fresh], dim=1)  # (B, 2K)
+        store_scores, keep = merged.topk(K, dim=-1)
+        store = torch.cat([store, new], dim=1).gather(1, keep[:, :, None].expand(B, K, T))
+        store_real = torch.cat([store_real, ends[:, :K]], dim=1).gather(1, keep)
+        # the K best continuations that do not end run on
+        run_scores, pick = (top + ends.float() * _NEG).topk(K, dim=-1)  # (B, K)
+        rows = (base + origin.gather(1, pick)).view(-1)  # (B*K,)
+        step.reorder(rows)
+        seqs = torch.cat([seqs.index_select(0, rows), token.gather(1, pick).view(-1, 1)], dim=1)
+        running = run_scores
+        # can a running hypothesis still beat the worst finished one? (scores only fall; lp is largest at the limit)
+        best_possible = running[:, 0] / length_penalty(limits, alpha)  # (B,)
+        worst = torch.where(store_real, store_scores.min(-1, keepdim=True).values, _NEG)  # (B, K)
+        active &= (best_possible[:, None] > worst).any(-1)
+        if not bool(active.any()) or bool(over.all()):
+            break
+    result = store[:, 0]  # (B, T) the best finished hypothesis
+    width = int((result != pad).sum(-1).max()) if result.numel() else 0
+    result = result[:, : max(width, 1)]
+    return (result, store_scores[:, 0]) if return_scores else result
 
 
 def _trim(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
