@@ -34,7 +34,6 @@ from torch import Tensor
 
 from workbench.errors import BridgeError, InputTextError
 from workbench.model.config import ModelConfig
-from workbench.model.positional import sinusoidal_table
 from workbench.model.transformer import Transformer, build_model
 
 log = logging.getLogger(__name__)

@@ -95,6 +95,29 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from workbench.translation.shipped import load_any
+
+    model, tokenizer, _ = load_any(_resolve_checkpoint(args.model), device="cpu")
+    out = Path(args.out_dir)
+    if out.exists() and any(out.iterdir()) and not args.force:
+        from workbench.errors import BridgeError
+
+        raise BridgeError(f"{out} is not empty: choose a new folder or pass --force to overwrite it")
+    if args.to == "huggingface":
+        from workbench.bridges.huggingface import to_huggingface
+
+        to_huggingface(model, tokenizer, out)
+        print(f"wrote a transformers Marian folder to {out}: MarianMTModel.from_pretrained('{out}'), "
+              f"AutoTokenizer.from_pretrained('{out}')")
+    else:
+        from workbench.bridges.ctranslate2 import to_ctranslate2
+
+        to_ctranslate2(model, tokenizer, out, quantization=args.quantization, force=True)
+        print(f"wrote a CTranslate2 model to {out}: ctranslate2.Translator('{out}', device='cpu')")
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from workbench.translation.pipeline import evaluate_checkpoint
 
@@ -484,6 +507,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "(train with --keep-checkpoints at least the largest K)")
     q.add_argument("--data-dir", default=None)
     q.set_defaults(func=cmd_pretrained)
+
+    p = sub.add_parser("export", help="write a model for other tools: transformers (Marian) or CTranslate2",
+                       description="Export a shipped model or a checkpoint: --to huggingface writes a folder that "
+                                   "transformers loads as MarianMTModel (with its tokenizer); --to ctranslate2 converts "
+                                   "that folder with CTranslate2's converter. Needs the [hf] extra.")
+    p.add_argument("model", help="a shipped model name (small-de-en) or a checkpoint file / run folder")
+    p.add_argument("out_dir", help="the folder to write")
+    p.add_argument("--to", required=True, choices=["huggingface", "ctranslate2"], help="the target format")
+    p.add_argument("--quantization", default=None, help="CTranslate2 only: int8, float16... (default: float32)")
+    p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
+    p.set_defaults(func=cmd_export)
 
     from workbench.tools.benchmark import add_arguments as add_bench_arguments
 

@@ -262,6 +262,7 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
     store = torch.full((B, K, T), pad, dtype=torch.long, device=device)  # finished hypotheses, best first
     store_scores = torch.full((B, K), _NEG, device=device)
     store_real = torch.zeros(B, K, dtype=torch.bool, device=device)  # slot holds a finished hypothesis
+    store_len = torch.zeros(B, K, dtype=torch.long, device=device)  # its length, eos included
     active = torch.ones(B, dtype=torch.bool, device=device)  # the store may still improve
     base = torch.arange(B, device=device)[:, None] * K  # (B, 1) first row of each sentence
     for t in range(T):
@@ -286,6 +287,7 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
         store_scores, keep = merged.topk(K, dim=-1)
         store = torch.cat([store, new], dim=1).gather(1, keep[:, :, None].expand(B, K, T))
         store_real = torch.cat([store_real, ends[:, :K]], dim=1).gather(1, keep)
+        store_len = torch.cat([store_len, torch.full_like(store_len, t + 1)], dim=1).gather(1, keep)
         # the K best continuations that do not end run on
         run_scores, pick = (top + ends.float() * _NEG).topk(K, dim=-1)  # (B, K)
         rows = (base + origin.gather(1, pick)).view(-1)  # (B*K,)
@@ -298,9 +300,7 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
         active &= (best_possible[:, None] > worst).any(-1)
         if not bool(active.any()) or bool(over.all()):
             break
-    result = store[:, 0]  # (B, T) the best finished hypothesis
-    width = int((result != pad).sum(-1).max()) if result.numel() else 0
-    result = result[:, : max(width, 1)]
+    result = store[:, 0, : max(int(store_len[:, 0].max()), 1)]  # (B, T) the best finished hypothesis
     return (result, store_scores[:, 0]) if return_scores else result
 
 
