@@ -170,7 +170,8 @@ class PreparedPair:
     model: nn.Module
     clean_src: Tensor  # (1, S)
     corrupt_src: Tensor  # (1, S): the minimal pair, or the clean source again under noise
-    tgt: Tensor  # (1, T)
+    tgt: Tensor  # (1, T): the clean run's decoder input
+    corrupt_tgt: Tensor  # (1, T): the corrupted run's (the same tensor when both runs share the prefix)
     noise: GaussianNoise | None
     metric: LogitDiff
     clean: ActivationCache
@@ -195,10 +196,15 @@ def _row(x: Tensor, name: str) -> Tensor:
     return x
 
 
-def _prepare(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor,
-             metric: LogitDiff) -> PreparedPair:
+def _prepare(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise,
+             tgt: Tensor | tuple[Tensor, Tensor], metric: LogitDiff) -> PreparedPair:
     device = next(model.parameters()).device
-    clean_src, tgt = _row(clean_src, "clean_src").to(device), _row(tgt, "tgt").to(device)
+    clean_tgt, corrupt_tgt = tgt if isinstance(tgt, tuple | list) else (tgt, tgt)
+    clean_src, tgt = _row(clean_src, "clean_src").to(device), _row(clean_tgt, "tgt").to(device)
+    corrupt_tgt = _row(torch.as_tensor(corrupt_tgt), "corrupted tgt").to(device)
+    if corrupt_tgt.shape != tgt.shape:
+        raise PatchingError(f"the clean decoder input has {tgt.shape[1]} tokens and the corrupted one "
+                            f"{corrupt_tgt.shape[1]}: target prefixes must have equal token length")
     if isinstance(corrupted, GaussianNoise):
         noise, corrupt_src = corrupted, clean_src
     else:
@@ -208,9 +214,9 @@ def _prepare(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNo
                                 f"{corrupt_src.shape[1]}: patching position by position needs a minimal pair of "
                                 "equal token length (or corrupt by GaussianNoise on the clean source)")
     clean = cache_activations(model, clean_src, tgt)
-    pair = PreparedPair(model, clean_src, corrupt_src, tgt, noise, metric, clean, clean, 0.0, 0.0)
+    pair = PreparedPair(model, clean_src, corrupt_src, tgt, corrupt_tgt, noise, metric, clean, clean, 0.0, 0.0)
     with pair.context(corrupted=True):
-        pair.corrupted = cache_activations(model, corrupt_src, tgt)
+        pair.corrupted = cache_activations(model, corrupt_src, corrupt_tgt)
     pair.clean_metric = float(metric(pair.clean.logits)[0])
     pair.corrupted_metric = float(metric(pair.corrupted.logits)[0])
     if math.isclose(pair.clean_metric, pair.corrupted_metric, abs_tol=1e-6):
@@ -230,6 +236,7 @@ def _run_rows(pair: PreparedPair, direction: str, n_rows: int, plans: dict[str, 
         raise PatchingError(f"unknown direction {direction!r}: choose from {DIRECTIONS}")
     base_corrupted = direction == "clean->corrupted"
     base_src = pair.corrupt_src if base_corrupted else pair.clean_src
+    base_tgt = pair.corrupt_tgt if base_corrupted else pair.tgt
     model = pair.model
     was_training = model.training
     model.eval()
@@ -241,7 +248,7 @@ def _run_rows(pair: PreparedPair, direction: str, n_rows: int, plans: dict[str, 
                      for name, (src, mask) in plans.items()}
             n = stop - start
             with pair.context(corrupted=base_corrupted), patch_plans(model, chunk):
-                logits = model(base_src.expand(n, -1), pair.tgt.expand(n, -1))  # (n, T, V)
+                logits = model(base_src.expand(n, -1), base_tgt.expand(n, -1))  # (n, T, V)
             out.append(pair.metric(logits))
     finally:
         model.train(was_training)
@@ -264,7 +271,8 @@ def _family_rows(model: nn.Module, family: str) -> list[tuple[str, list[str]]]:
     raise PatchingError(f"unknown layer x position family {family!r}: choose from {POSITION_FAMILIES}")
 
 
-def sweep_positions(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor,
+def sweep_positions(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise,
+                    tgt: Tensor | tuple[Tensor, Tensor],
                     metric: LogitDiff, family: str = "resid_enc", direction: str = "clean->corrupted",
                     src_tokens: Sequence[str] | None = None, tgt_tokens: Sequence[str] | None = None,
                     batch_size: int = 256, prepared: PreparedPair | None = None) -> PatchingResult:
@@ -276,7 +284,9 @@ def sweep_positions(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gau
 
     Args:
         clean_src: (S,) or (1, S) ids; corrupted: the minimal pair's ids (same length) or a :class:`GaussianNoise`.
-        tgt: (T,) or (1, T) decoder input (bos + target prefix), shared by both runs.
+        tgt: (T,) or (1, T) decoder input (bos + target prefix) shared by both runs, or a tuple
+            (clean_tgt, corrupted_tgt) of equal length when the two translations' prefixes differ (e.g. "man" and
+            "woman" before the pronoun).
         metric: a :class:`LogitDiff`; src_tokens / tgt_tokens: tick labels (default: the positions).
 
     Returns:
@@ -312,7 +322,7 @@ def _head_site(family: str, layer: int) -> str:
     return {"enc_self": f"enc.{layer}.self.z", "dec_self": f"dec.{layer}.self.z", "cross": f"dec.{layer}.cross.z"}[family]
 
 
-def sweep_heads(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor,
+def sweep_heads(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor | tuple[Tensor, Tensor],
                 metric: LogitDiff, family: str = "cross", direction: str = "clean->corrupted",
                 batch_size: int = 256, prepared: PreparedPair | None = None) -> PatchingResult:
     """Patch one head's output (all positions) at a time: ``"enc_self"``, ``"dec_self"`` or ``"cross"`` heads.
@@ -340,7 +350,7 @@ def sweep_heads(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gaussia
 
 
 @torch.no_grad()
-def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor,
+def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor | tuple[Tensor, Tensor],
                   metric: LogitDiff, direction: str = "clean->corrupted", batch_size: int = 256,
                   prepared: PreparedPair | None = None) -> PatchingResult:
     """Path patching (Wang et al. 2022) from every encoder self-attention head to every cross-attention head.
@@ -364,6 +374,7 @@ def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gauss
     n_send = n_enc * n_heads
     base_corrupted = direction == "clean->corrupted"
     base_src = pair.corrupt_src if base_corrupted else pair.clean_src
+    base_tgt = pair.corrupt_tgt if base_corrupted else pair.tgt
     # step 1: one row per sender; every encoder head frozen at the base run except the sender, taken from the donor
     plans = {}
     for layer in range(n_enc):
@@ -374,7 +385,7 @@ def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gauss
         plans[name] = (torch.where(sender, donor[name], base[name]), None)  # (n_send, H, S, d_v)
     kv_sites = [f"dec.{i}.cross.{x}" for i in range(n_dec) for x in ("k", "v")]
     with pair.context(corrupted=base_corrupted), patch_plans(model, plans):
-        step1 = cache_activations(model, base_src.expand(n_send, -1), pair.tgt.expand(n_send, -1), sites=kv_sites)
+        step1 = cache_activations(model, base_src.expand(n_send, -1), base_tgt.expand(n_send, -1), sites=kv_sites)
     # step 2: one row per (sender, receiver); only the receiver's keys and values come from step 1
     n_recv = n_dec * n_heads
     n = n_send * n_recv
@@ -394,7 +405,7 @@ def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gauss
                           labels, "path", direction, pair.clean_metric, pair.corrupted_metric)
 
 
-def prepare_pair(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor,
+def prepare_pair(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor | tuple[Tensor, Tensor],
                  metric: LogitDiff) -> PreparedPair:
     """Cache both runs once, for several sweeps of the same pair (pass it as ``prepared=``)."""
     activation_sites(model)
