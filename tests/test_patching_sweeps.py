@@ -16,6 +16,7 @@ from workbench.inspect.patching_sweeps import (
     path_patching,
     prepare_pair,
     sweep_heads,
+    sweep_position_groups,
     sweep_positions,
 )
 
@@ -134,3 +135,17 @@ def test_bad_sweep_input(setup):
     with pytest.raises(PatchingError, match="labels"):
         PatchingResult(torch.zeros(2, 3), torch.zeros(2, 3), ("a", "b"), {"a": ("x", "y"), "b": ("1",)}, "f",
                        "clean->corrupted", 1.0, 0.0)
+
+
+def test_position_groups_patch_every_position_of_a_group_at_once(setup):
+    model, clean, corrupt, tgt, metric = setup
+    res = sweep_position_groups(model, clean, corrupt, tgt, metric, {"edit": [2], "pair": [1, 4], "all": list(range(7))})
+    assert res.axes == ("layer", "group") and res.values.shape == (3, 3)
+    assert res.values[0, 0].item() == pytest.approx(1.0, abs=1e-5)  # the embedding at the edit: the clean run
+    assert torch.allclose(res.values[:, 2], torch.ones(3), atol=1e-5)  # every position of a layer: the clean run
+    donor = cache_activations(model, clean, tgt)
+    with patch(model, donor, [Site("enc.0.resid", pos=(1, 4))]):
+        single = _score(model, corrupt, tgt, metric, res.clean_metric, res.corrupted_metric)
+    assert res.values[1, 1].item() == pytest.approx(single, abs=1e-4)
+    with pytest.raises(PatchingError, match="within 0..6"):
+        sweep_position_groups(model, clean, corrupt, tgt, metric, {"bad": [9]})

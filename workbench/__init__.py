@@ -37,6 +37,7 @@ from workbench.inspect.patching_sweeps import (
     path_patching,
     prepare_pair,
     sweep_heads,
+    sweep_position_groups,
     sweep_positions,
 )
 from workbench.lessons import complexity  # noqa: F401
@@ -124,6 +125,7 @@ __all__ = [
     "Site",
     "site_names",
     "sweep_heads",
+    "sweep_position_groups",
     "sweep_positions",
     "cache_activations",
     "preset",

@@ -42,7 +42,7 @@ from workbench.inspect.patching import (
 
 __all__ = [
     "DIRECTIONS", "HEAD_FAMILIES", "POSITION_FAMILIES", "GaussianNoise", "LogitDiff", "PatchingResult",
-    "PreparedPair", "path_patching", "prepare_pair", "sweep_heads", "sweep_positions",
+    "PreparedPair", "path_patching", "prepare_pair", "sweep_heads", "sweep_position_groups", "sweep_positions",
 ]
 
 DIRECTIONS = ("clean->corrupted", "corrupted->clean")
@@ -315,6 +315,44 @@ def sweep_positions(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gau
         raise PatchingError(f"{len(pos_labels)} token labels for {n_pos} positions: pass one label per token")
     return PatchingResult(pair.normalise(raw), raw, ("layer", side),
                           {"layer": tuple(label for label, _ in rows), side: pos_labels}, family, direction,
+                          pair.clean_metric, pair.corrupted_metric)
+
+
+def sweep_position_groups(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise,
+                          tgt: Tensor | tuple[Tensor, Tensor], metric: LogitDiff, groups: dict[str, Sequence[int]],
+                          family: str = "resid_enc", direction: str = "clean->corrupted", batch_size: int = 256,
+                          prepared: PreparedPair | None = None) -> PatchingResult:
+    """Like :func:`sweep_positions`, but each column patches a named group of positions at once.
+
+    Useful to average over pairs of different lengths: groups name roles (``{"edit": [2, 5], "random": [7]}``).
+
+    Returns:
+        :class:`PatchingResult` with axes ``("layer", "group")``.
+    """
+    pair = prepared or _prepare(model, clean_src, corrupted, tgt, metric)
+    rows = _family_rows(model, family)
+    n_pos = pair.tgt.shape[1] if family == "resid_dec" else pair.clean_src.shape[1]
+    if not groups:
+        raise PatchingError("no groups of positions given: pass {name: [positions]}")
+    cols = list(groups)
+    for name, positions in groups.items():
+        if not positions or any(not -n_pos <= p < n_pos for p in positions):
+            raise PatchingError(f"group {name!r} = {list(positions)} must be non-empty positions within 0..{n_pos - 1}")
+    donor = _donor(pair, direction)
+    n = len(rows) * len(cols)
+    plans: dict[str, tuple[Tensor, Tensor | None]] = {}
+    for r, (_, names) in enumerate(rows):
+        for name in names:
+            source = donor[name]
+            shape = [n] + [1] * (source.dim() - 1)
+            shape[_pos_axis(name)] = n_pos
+            mask = torch.zeros(n, n_pos, dtype=torch.bool)
+            for c, col in enumerate(cols):
+                mask[r * len(cols) + c, [p % n_pos for p in groups[col]]] = True
+            plans[name] = (source, mask.view(shape).to(source.device))
+    raw = _run_rows(pair, direction, n, plans, batch_size).view(len(rows), len(cols))
+    return PatchingResult(pair.normalise(raw), raw, ("layer", "group"),
+                          {"layer": tuple(label for label, _ in rows), "group": tuple(cols)}, family, direction,
                           pair.clean_metric, pair.corrupted_metric)
 
 
