@@ -112,6 +112,20 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("counted_over_table", lambda v: all(abs(lo - t) < 1e-9 and abs(hi - t) < 1e-9 for (lo, hi), t in
                                              ((v[k], 17 / 16 if k == "restricted" else 1.0) for k in v)) and len(v) == 4),
     ],
+    "13_activation_patching": [
+        # the machinery: the run's own cache changes nothing, bit for bit; the last decoder layer at the pronoun row
+        # holds the whole answer (score 1 whatever the pair)
+        ("own_cache_max_difference", lambda v: v == 0.0),
+        ("last_decoder_layer_pronoun_row", lambda v: abs(v["mean"] - 1.0) < 1e-3 and v["low"] > 0.99),
+        # SMOKE looks at the first 600 held-out sentences only: no pair may come from the train split
+        ("n_pairs", lambda v: v >= 4),
+        ("n_heldout_pairs", lambda v: v >= 4),
+        # the best encoder site sits at the edited words (possessive or subject), restoring most of the logit
+        # difference (SMOKE seed 0: the possessive after the last encoder layer, 0.89 [0.83, 0.96] over 5 pairs)
+        ("best_encoder_site", lambda v: v["group"] in ("possessive", "subject") and v["mean"] > 0.5),
+        # every stated finding really clears its controls and the minimum effect
+        ("findings", lambda v: all(f["low"] > f["control_high"] and f["mean"] >= 0.1 for f in v)),
+    ],
 }
 
 

@@ -60,7 +60,7 @@ TARGET_SWAPS = {("man", "woman"), ("boy", "girl"), ("his", "her"), ("he", "she")
 PRONOUN_SWAPS = {("his", "her"), ("he", "she")}
 KINDS = ("possessive", "subject")
 _WORD = re.compile(r"\w+|[^\w\s]+")
-_GENDERED = re.compile(r"\b(" + "|".join(sorted(NOUNS, key=len, reverse=True)) + r"|Männer|Frauen|Herrn|sie|Sie|er|Er)\b")
+GENDERED = re.compile(r"\b(" + "|".join(sorted(NOUNS, key=len, reverse=True)) + r"|Männer|Frauen|Herrn|sie|Sie|er|Er)\b")
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def _swap_subject(sentence: str) -> tuple[str, str] | None:
     A masculine phrase is swapped in any case (its article says which); a feminine or neuter one only when it
     opens the sentence (the nominative: ``eine Frau`` could also be an accusative).
     """
-    found = [m.group() for m in _GENDERED.finditer(sentence)]
+    found = [m.group() for m in GENDERED.finditer(sentence)]
     nouns = [w for w in found if w in NOUNS]
     if len(nouns) != 1:
         return None

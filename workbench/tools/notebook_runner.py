@@ -38,7 +38,7 @@ QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 # seconds each notebook of the series took at default parameters, two at a time with one thread each, on an idle
 # 2-core CPU (bench/results/book/full-jobs2-9beb237.json); only the order in which side-by-side runs start uses them
 DEFAULT_SECONDS = {"01": 157, "02": 8, "03": 6, "04": 39, "05": 7, "06": 30, "07": 19, "08": 474, "09": 50, "10": 10,
-                   "11": 243, "12": 200}
+                   "11": 243, "12": 200, "13": 150}  # 13: an estimate (not yet in a timed book run)
 
 
 def kernel_name_for_this_python(preferred: str = "python3") -> str:
