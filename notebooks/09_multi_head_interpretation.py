@@ -268,7 +268,11 @@ metrics.update(best_alignment_agreement=agreement[best], chance_alignment=1 / me
 
 # %% [markdown]
 # ## Explore freely
-# The inspector below works offline (plotly). bertviz's view needs its JavaScript from a CDN, so it may stay blank without internet; the plotly head view beside it does not.
+# The inspector below works offline (plotly). After it, `to_bertviz` feeds bertviz's `head_view`: bertviz loads its
+# scripts (require.js, d3, jQuery) from a CDN, so **it needs a network connection** and stays blank offline (the book
+# leaves it out); the plotly `head_lines` view after it draws the same lines between tokens with no network. To keep
+# a figure: `figures.to_html(fig, "fig.html")` (interactive, offline) or `figures.to_image(fig, "fig.svg")` (PNG, SVG
+# or PDF; needs kaleido and a Chromium).
 
 # %%
 from workbench.viz.widgets import AttentionInspector

@@ -356,3 +356,29 @@ def test_book_serve_serves_the_site_and_search_excerpts(smoke_book, browser):
             assert left == []
         finally:
             context.close()
+
+
+def test_checks_under_a_false_condition_are_skipped_not_held():
+    """The book counts only the checks that ran: an assert under an ``if`` that was false with the run's parameters
+    (the parameters cell, then papermill's injected one) or metrics is skipped; one whose ``if`` cannot be judged
+    stays held (its cell ran) but is counted apart."""
+    v4 = nbformat.v4
+    nb = v4.new_notebook()
+    nb.cells = [
+        v4.new_code_cell("SMOKE: bool = False  # s\nN_TEST: int = 1000  # n", metadata={"tags": ["parameters"]}),
+        v4.new_code_cell("SMOKE = True\n", metadata={"tags": ["injected-parameters"]}),
+        v4.new_code_cell("assert a\nif SMOKE:\n    assert b\nelse:\n    assert c\nif not SMOKE and N_TEST == 1000:\n"
+                         "    assert d\nif metrics['n_test'] == 60:\n    assert e\nif later_value > 0:\n    assert f\n"),
+    ]
+    checks = book_pages.closing_checks(nb, {"n_test": 60})
+    assert [(c.source, c.status, c.known) for c in checks] == [
+        ("a", "held", True), ("b", "held", True), ("c", "skipped", True), ("d", "skipped", True), ("e", "held", True),
+        ("f", "held", False)]
+    assert [c.status for c in book_pages.closing_checks(nb, {"n_test": 1000})][4] == "skipped"
+    summary = book_pages.checks_summary(checks)
+    assert summary.startswith("The notebook ran to the end: 4 of its checks ran and held; 2 did not run")
+    assert "1 of those that held sit under a condition this page cannot evaluate" in summary
+    page = book_pages.BookPage("99_toy", Path("99_toy.ipynb"), "ok", 1.0, None, {"n_test": 60}, {"SMOKE": True})
+    assert "**– skipped**: `c`" in book_pages.checks_markdown(nb, page)
+    table = book._series_table([page], {"99_toy": checks})
+    assert "| 4 of 4 | 2 |" in table

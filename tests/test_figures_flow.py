@@ -55,3 +55,23 @@ def test_grouped_bar_figure_groups_series_with_error_bars():
         figures.grouped_bar_figure(["a", "b"], {"x": [1.0]})
     with pytest.raises(FigureInputError, match="no series"):
         figures.grouped_bar_figure(["a"], {})
+
+
+def test_two_colour_bars_and_grouped_bars_say_what_their_colours_are():
+    bars = figures.token_bars(["the", "dog"], [0.5, -1.0], ylabel="Δ log p")
+    named = [t for t in bars.data if t.showlegend is not False and t.name]
+    assert bars.layout.showlegend and {t.marker.color for t in named} == {"#1f77b4", "#d62728"}
+    assert [t.name for t in named] == ["positive Δ log p", "negative Δ log p"]
+    grouped = figures.grouped_bar_figure(["a"], {"only series": [1.0]})
+    assert grouped.layout.showlegend and grouped.data[0].name == "only series"  # even one series is named
+
+
+def test_long_titles_wrap_instead_of_being_cut():
+    title = "gru-de-en: dot-product attention while translating → A woman uses a drill while a man watches her work"
+    fig = figures.attention_heatmap(np.full((4, 5), 0.2), ["a", "b", "c", "d"], ["v", "w", "x", "y", "z"], title=title)
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) > 1 and " ".join(lines) == title  # every word kept, in order
+    assert max(len(line) for line in lines) * figures.TITLE_CHAR_PX <= fig.layout.width - 40
+    short = figures.attention_heatmap(np.full((4, 5), 0.2), title="weights")
+    assert short.layout.title.text == "weights"
+    assert fig.layout.margin.t > short.layout.margin.t and fig.layout.height > short.layout.height

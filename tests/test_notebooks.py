@@ -163,9 +163,12 @@ DERIVED: dict[str, list[tuple[str, object]]] = {
     ],
     "08_translation_training": [
         ("sacreBLEU signature reported", lambda m: m["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")),
-        # the shipped model (card: 40.4 on all 1000 test sentences) is a working translator on the SMOKE sample too
-        ("shipped Transformer translates", lambda m: m["shipped small-de-en, beam 4"] > 25),
-        ("shipped GRU translates", lambda m: m["shipped gru-de-en, beam 4"] > 20),
+        # the shipped models, decoded by the notebook on at least 50 test sentences (SMOKE: 60), score within the floor
+        # derived from their cards (80 % of the whole test set's figure; parts of 50-100 sentences landed 1.4-4.1 below)
+        ("shipped models decoded on enough sentences", lambda m: m["n_test"] >= 50),
+        ("shipped Transformer translates",
+         lambda m: m["shipped small-de-en, beam 4"] > 0.8 * m["shipped small-de-en card beam 4"]),
+        ("shipped GRU translates", lambda m: m["shipped gru-de-en, beam 4"] > 0.8 * m["shipped gru-de-en card beam 4"]),
     ],
     "09_multi_head_interpretation": [
         # importance measured on one half of the sentences ranks heads on the other half: least < random < most

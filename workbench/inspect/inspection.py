@@ -80,6 +80,11 @@ def inspect_translation(model: nn.Module, tokenizer: Any, sentence: str, beam: i
 def to_bertviz(cache: AttentionCache, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> dict[str, Any]:
     """Keyword arguments for ``bertviz.head_view`` / ``model_view`` of an encoder-decoder model (batch of one).
 
+    bertviz needs the network: its views load require.js, d3 and jQuery from a CDN when displayed, so offline (and in
+    some JupyterLab set-ups) they stay blank. The offline alternative draws the same lines between tokens in plotly:
+    :func:`workbench.viz.figures.head_lines` (or :func:`~workbench.viz.figures.head_grid`, or the
+    ``AttentionInspector`` widget).
+
     Example:
         ``bertviz.head_view(**to_bertviz(insp.cache, insp.src_tokens, insp.tgt_tokens))``
     """

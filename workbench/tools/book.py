@@ -111,12 +111,14 @@ def _models_summary(names: Sequence[str]) -> str:
 
 
 def _series_table(pages: Sequence[BookPage], checks: dict[str, list[Check]]) -> str:
-    rows = ["| lesson | ran | seconds | checks that held |", "|---|---|---|---|"]
+    rows = ["| lesson | ran | seconds | checks that held, of those that ran | skipped |", "|---|---|---|---|---|"]
     for p in pages:
         held = sum(c.status == "held" for c in checks[p.name])
+        skipped = sum(c.status == "skipped" for c in checks[p.name])
+        ran = sum(c.status in ("held", "failed") for c in checks[p.name])
         took = f"{p.seconds:.0f}" if p.seconds is not None else "–"
         status = "ok" if p.status == "ok" else "**failed**"
-        rows.append(f"| {{nb}}`{p.name}` | {status} | {took} | {held} of {len(checks[p.name])} |")
+        rows.append(f"| {{nb}}`{p.name}` | {status} | {took} | {held} of {ran} | {skipped} |")
     return "\n".join(rows)
 
 
@@ -151,7 +153,7 @@ def write_sources(pages: Sequence[BookPage], src: str | Path) -> list[str]:
     for page in pages:
         nb, made = prepare_notebook(page)
         changes += [f"{page.name}: {c}" for c in made]
-        checks[page.name] = closing_checks(nb)
+        checks[page.name] = closing_checks(nb, page.metrics)
         nbformat.write(nb, str(src / f"{page.name}.ipynb"))
     models_md, names = models_markdown()
     (src / "models.md").write_text(models_md, encoding="utf-8")

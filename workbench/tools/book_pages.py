@@ -242,7 +242,9 @@ class Check:
     source: str  # the asserted expression, on one line
     condition: str  # "" or the enclosing ``if``/``for``/``while`` headers ("if not SMOKE")
     comment: str  # the comment on its line or the comment lines just above it
-    status: str  # "held" | "failed" | "not reached"
+    status: str  # "held" | "failed" | "not reached" | "skipped" (its ``if`` was false in this run)
+    guards: tuple[tuple[bool, str], ...] = ()  # the enclosing ``if`` tests: (must be true?, expression)
+    known: bool = True  # False: a guard could not be evaluated from the run's parameters and metrics
 
 
 def _one_line(text: str, limit: int = 220) -> str:
@@ -250,15 +252,16 @@ def _one_line(text: str, limit: int = 220) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _asserts_in(source: str) -> list[tuple[str, str, str]]:
-    """(expression, condition, comment) for every ``assert`` statement of a cell, in order."""
+def _asserts_in(source: str) -> list[tuple[str, str, str, tuple[tuple[bool, str], ...]]]:
+    """(expression, condition, comment, guards) for every ``assert`` statement of a cell, in order; ``guards`` are
+    the enclosing ``if`` tests as (must be true?, expression)."""
     lines = source.splitlines()
     try:
         tree = ast.parse(source)
     except SyntaxError:  # IPython magics: fall back on lines that start with assert
-        return [(_one_line(ln.strip()[len("assert"):].split("#")[0].strip()), "", "")
+        return [(_one_line(ln.strip()[len("assert"):].split("#")[0].strip()), "", "", ())
                 for ln in lines if ln.strip().startswith("assert ")]
-    found: list[tuple[str, str, str]] = []
+    found: list[tuple[str, str, str, tuple[tuple[bool, str], ...]]] = []
 
     def comment_for(node: ast.AST) -> str:
         last = lines[node.end_lineno - 1][node.end_col_offset:] if node.end_lineno else ""
@@ -271,34 +274,78 @@ def _asserts_in(source: str) -> list[tuple[str, str, str]]:
             i -= 1
         return " ".join(above)
 
-    def visit(body: Sequence[ast.stmt], context: list[str]) -> None:
+    def visit(body: Sequence[ast.stmt], context: list[str], guards: tuple[tuple[bool, str], ...]) -> None:
         for node in body:
             if isinstance(node, ast.Assert):
                 expr = ast.get_source_segment(source, node.test) or ast.unparse(node.test)
-                found.append((_one_line(expr), " → ".join(context), comment_for(node)))
+                found.append((_one_line(expr), " → ".join(context), comment_for(node), guards))
             elif isinstance(node, ast.If):
                 cond = ast.get_source_segment(source, node.test) or ast.unparse(node.test)
-                visit(node.body, [*context, f"if {_one_line(cond, 80)}"])
-                visit(node.orelse, [*context, f"unless {_one_line(cond, 80)}"])
+                test = ast.unparse(node.test)
+                visit(node.body, [*context, f"if {_one_line(cond, 80)}"], (*guards, (True, test)))
+                visit(node.orelse, [*context, f"unless {_one_line(cond, 80)}"], (*guards, (False, test)))
             elif isinstance(node, (ast.For, ast.While)):
                 head = (f"for {ast.unparse(node.target)} in {_one_line(ast.unparse(node.iter), 60)}"
                         if isinstance(node, ast.For) else f"while {_one_line(ast.unparse(node.test), 60)}")
-                visit(node.body, [*context, head])
-                visit(node.orelse, context)
+                visit(node.body, [*context, head], guards)
+                visit(node.orelse, context, guards)
             elif isinstance(node, (ast.With, ast.Try)):
-                visit(node.body, context)
+                visit(node.body, context, guards)
                 for extra in (getattr(node, "orelse", []), getattr(node, "finalbody", [])):
-                    visit(extra, context)
+                    visit(extra, context, guards)
             # asserts inside functions and classes run only when called: not listed as checks
 
-    visit(tree.body, [])
+    visit(tree.body, [], ())
     return found
 
 
-def closing_checks(nb: Any) -> list[Check]:
+SAFE_BUILTINS = {"len": len, "abs": abs, "min": min, "max": max, "bool": bool, "int": int, "float": float,
+                 "str": str, "True": True, "False": False, "None": None}
+
+
+def run_namespace(nb: Any, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a check's ``if`` can be judged against after the run: the notebook's parameters (its ``parameters`` cell,
+    then papermill's ``injected-parameters`` cell, both plain literal assignments) and ``metrics`` (its metrics.json)."""
+    names: dict[str, Any] = {}
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type == "code" and ("parameters" in tags or "injected-parameters" in tags):
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                target = node.target if isinstance(node, ast.AnnAssign) else (
+                    node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+                if isinstance(target, ast.Name) and node.value is not None:
+                    try:
+                        names[target.id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        pass
+    if metrics is not None:
+        names["metrics"] = metrics
+    return names
+
+
+def _ran(guards: tuple[tuple[bool, str], ...], names: dict[str, Any]) -> bool | None:
+    """Whether every guard had its required truth in this run; None when one cannot be evaluated from ``names``."""
+    for must, test in guards:
+        try:
+            value = bool(eval(test, {"__builtins__": SAFE_BUILTINS}, dict(names)))  # noqa: S307 (the notebook's own code)
+        except Exception:
+            return None
+        if value != must:
+            return False
+    return True
+
+
+def closing_checks(nb: Any, metrics: dict[str, Any] | None = None) -> list[Check]:
     """Every ``assert`` of an executed notebook with its outcome: asserts in cells before the first failing cell
     held, those of the failing cell are marked failed (one of them, or the cell's code, raised), later ones were
-    not reached."""
+    not reached. An assert under an ``if`` that was false in this run (judged from the run's parameters and
+    ``metrics``) did not run: it is ``skipped``, not held; one whose ``if`` cannot be judged so is marked
+    ``known=False``."""
+    names = run_namespace(nb, metrics)
     failed_cell = None
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
@@ -310,7 +357,10 @@ def closing_checks(nb: Any) -> list[Check]:
             continue
         status = ("held" if failed_cell is None or index < failed_cell
                   else "failed" if index == failed_cell else "not reached")
-        checks.extend(Check(index, expr, cond, comment, status) for expr, cond, comment in _asserts_in(cell.source))
+        for expr, cond, comment, guards in _asserts_in(cell.source):
+            ran = _ran(guards, names) if guards else True
+            skipped = ran is False and status == "held"  # an assert of a failing or later cell keeps its status
+            checks.append(Check(index, expr, cond, comment, "skipped" if skipped else status, guards, ran is not None))
     return checks
 
 
@@ -339,14 +389,28 @@ def _cell_text(value: Any) -> str:
     return _plain(_one_line(text, 160))
 
 
+def checks_summary(checks: Sequence[Check]) -> str:
+    """One sentence on a finished run's checks: how many ran and held, how many were skipped (their ``if`` was
+    false in this run), how many sit under an ``if`` the page cannot judge."""
+    held = sum(c.status == "held" for c in checks)
+    skipped = sum(c.status == "skipped" for c in checks)
+    unknown = sum(c.status == "held" and not c.known for c in checks)
+    text = f"The notebook ran to the end: {held} of its checks ran and held"
+    if skipped:
+        text += (f"; {skipped} did not run, because the condition they sit under was false with these parameters "
+                 "(marked skipped below)")
+    if unknown:
+        text += (f"; {unknown} of those that held sit under a condition this page cannot evaluate from the parameters "
+                 "and metrics, and are counted as held because the cell ran")
+    return text + "."
+
+
 def checks_markdown(nb: Any, page: BookPage) -> str:
     """The section appended to every page: status, each assert with its outcome, and the metrics table."""
-    checks = closing_checks(nb)
-    symbol = {"held": "✓ held", "failed": "✗ failed", "not reached": "– not reached"}
+    checks = closing_checks(nb, page.metrics)
+    symbol = {"held": "✓ held", "failed": "✗ failed", "not reached": "– not reached", "skipped": "– skipped"}
     if page.status == "ok":
-        lead = (f"The notebook ran to the end, so all {len(checks)} of its checks held"
-                + (" (a check under a condition held wherever its condition was true)." if
-                   any(c.condition for c in checks) else "."))
+        lead = checks_summary(checks)
     else:
         lead = (f"**The notebook stopped with an error**: {_code(_one_line(page.error or 'unknown error', 400))}. "
                 "Checks in the cells before the failing one held; the failing cell's checks are marked failed "

@@ -57,6 +57,7 @@ __all__ = [
     "setup_offline_renderer",
     "to_html",
     "to_image",
+    "fit_title",
     "training_curves",
 ]
 
@@ -98,6 +99,36 @@ def setup_offline_renderer() -> str:
     if pio.renderers.default != OFFLINE_RENDERER:
         pio.renderers.default = OFFLINE_RENDERER
     return pio.renderers.default
+
+
+TITLE_CHAR_PX = 8.5  # average width of a title character at plotly's default 17 px title font
+
+
+def fit_title(fig: go.Figure) -> go.Figure:
+    """Wrap a figure's title onto as many lines as its width needs (at spaces, with ``<br>``) and grow the top margin
+    and the height to match, so a long title (a whole translation) is never cut at the figure's edge. Returns the
+    figure."""
+    title = fig.layout.title.text
+    width = fig.layout.width
+    if not title or not width or "<br>" in title:
+        return fig
+    per_line = max(20, int((width - 40) / TITLE_CHAR_PX))
+    lines, line = [], ""
+    for word in title.split(" "):
+        if line and len(line) + 1 + len(word) > per_line:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    if len(lines) == 1:
+        return fig
+    extra = 22 * (len(lines) - 1)
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 80
+    fig.update_layout(title={"text": "<br>".join(lines)}, margin={"t": top + extra})
+    if fig.layout.height:
+        fig.update_layout(height=fig.layout.height + extra)
+    return fig
 
 
 # -- private helpers ----------------------------------------------------------------------------------------------
@@ -217,7 +248,7 @@ def _query_key_heatmap(z: np.ndarray, q: list[str], k: list[str], title: str | N
                       margin={"l": left, "r": right, "t": top, "b": bottom}, plot_bgcolor="white")
     fig.update_xaxes(title_text="key", tickangle=-60, showgrid=False, **_token_axis(k, max_tokens))
     fig.update_yaxes(title_text="query", autorange="reversed", showgrid=False, **_token_axis(q, max_tokens))
-    return fig, cell
+    return fit_title(fig), cell
 
 
 # -- attention ----------------------------------------------------------------------------------------------------
@@ -320,7 +351,7 @@ def head_grid(
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9}, showgrid=False, **_token_axis(k, max_tick_labels))
     fig.update_yaxes(autorange="reversed", tickfont={"size": 9}, showgrid=False, **_token_axis(q, max_tick_labels))
     fig.update_annotations(font_size=10)
-    return fig
+    return fit_title(fig)
 
 
 def head_lines(
@@ -665,8 +696,8 @@ def line_figure(
                      for name, y in series.items()])
     fig.update_xaxes(title_text=xlabel, type="log" if log_x else None)
     fig.update_yaxes(title_text=ylabel, type="log" if log_y else None)
-    fig.update_layout(title=title, height=400, width=700)
-    return fig
+    fig.update_layout(title=title, height=400, width=700, showlegend=True)
+    return fit_title(fig)
 
 
 def bar_figure(labels: Sequence[Any], values: Any, title: str | None = None, ylabel: str = "",
@@ -679,7 +710,7 @@ def bar_figure(labels: Sequence[Any], values: Any, title: str | None = None, yla
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel, height=400,
                       width=max(420, 60 * len(names) + 200))
     fig.update_xaxes(type="category")  # numeric-looking labels ("8", "16") stay bars of their own
-    return fig
+    return fit_title(fig)
 
 
 # -- tables -------------------------------------------------------------------------------------------------------
@@ -861,12 +892,15 @@ def token_bars(tokens: Sequence[str], values: Any, title: str | None = None, yla
     vals = _series(values, len(labels), "values")
     colours = ["#d62728" if v < 0 else "#1f77b4" for v in vals]
     fig = go.Figure(go.Bar(x=list(range(len(labels))), y=vals, marker_color=colours, customdata=labels,
-                           hovertemplate="%{customdata} (%{x}): %{y:.4g}<extra></extra>"))
+                           hovertemplate="%{customdata} (%{x}): %{y:.4g}<extra></extra>", showlegend=False))
+    for name, colour in (("positive", "#1f77b4"), ("negative", "#d62728")):  # the legend names the two colours
+        fig.add_trace(go.Bar(x=[None], y=[None], marker_color=colour, name=f"{name} {_esc(ylabel)}", hoverinfo="skip"))
     fig.update_layout(title=title, yaxis_title=ylabel, height=320, width=max(420, 28 * len(labels) + 160),
-                      margin={"b": _label_px(labels)}, plot_bgcolor="white")
+                      margin={"b": _label_px(labels)}, plot_bgcolor="white", showlegend=True,
+                      legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"})
     fig.update_xaxes(tickangle=-60, **_token_axis(labels, DEFAULT_MAX_TOKENS))
     fig.update_yaxes(zeroline=True, zerolinecolor="#888")
-    return fig
+    return fit_title(fig)
 
 
 def grouped_bar_figure(categories: Sequence[Any], series: Mapping[str, Any], errors: Mapping[str, Any] | None = None,
@@ -898,9 +932,9 @@ def grouped_bar_figure(categories: Sequence[Any], series: Mapping[str, Any], err
         fig.add_trace(go.Bar(x=cats, y=vals, name=_esc(name), error_y=err,
                              hovertemplate=f"{_esc(name)}<br>%{{x}}: %{{y:.3f}}<extra></extra>"))
     fig.update_layout(title=title, barmode="group", xaxis_title=xlabel, yaxis_title=ylabel, height=420,
-                      width=max(480, 40 * len(cats) * len(series) + 260))
+                      width=max(480, 40 * len(cats) * len(series) + 260), showlegend=True)  # each colour named
     fig.update_xaxes(type="category")
-    return fig
+    return fit_title(fig)
 
 
 __all__ += ["attention_vs_attribution", "grouped_bar_figure", "rollout_heatmap", "row_shares", "token_bars"]
