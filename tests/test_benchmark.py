@@ -334,8 +334,8 @@ def _cited_results() -> dict[str, set[str]]:
         text = source.read_text(encoding="utf-8")
         for match in CITED_RESULT.finditer(text):
             path = match.group(0)
-            template = "NAME" in path or text[match.end():match.end() + 1] in ("*", "{", "<")
-            destination = text[:match.start()].endswith(("--json ", "--json="))  # where a command would write
+            template = "NAME" in path or "..." in path or text[match.end():match.end() + 1] in ("*", "{", "<")
+            destination = text[:match.start()].endswith(("--json ", "--json=", "--out ", "--out="))  # a command's output
             if template or destination or path.rstrip("/") == "bench/results":
                 continue
             cited.setdefault(path, set()).add(str(source.relative_to(REPO)))
