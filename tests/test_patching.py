@@ -206,3 +206,30 @@ def test_rnn_is_refused_with_a_reason():
     rnn = build_rnn(RNNConfig(), 40, 40)
     with pytest.raises(PatchingError, match="not a workbench encoder-decoder Transformer"):
         site_names(rnn)
+
+
+@pytest.mark.parametrize("name", ["opus-mt-like", "separate-vocabularies"])
+def test_an_imported_marian_model_is_patched_like_ours(name):
+    """Issue 34 item 4: any model the workbench loads, here a random Marian converted by the Hugging Face bridge."""
+    from tests.conftest import require_module
+
+    require_module("transformers", 'pip install -e ".[hf]"')
+    from tests.test_bridges import PAD, marian
+    from workbench.bridges.huggingface import from_huggingface
+
+    model, _ = from_huggingface(marian(name))
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randint(1, PAD, (1, 8), generator=g)
+    corrupt = clean.clone()
+    corrupt[0, 3] = (clean[0, 3] % (PAD - 2)) + 1
+    tgt = torch.randint(1, model.tgt_vocab_size - 1, (1, 6), generator=g)
+    tgt[0, 0] = PAD  # Marian's decoder start token
+    corrupted = cache_activations(model, corrupt, tgt)
+    with torch.no_grad():
+        assert not torch.allclose(model(clean, tgt), corrupted.logits)
+        with patch(model, corrupted, site_names(model)):
+            assert torch.equal(model(clean, tgt), corrupted.logits)
+        with patch(model, corrupted, [Site("enc.1.resid", pos=3), "dec.0.cross.k"]):
+            torch.testing.assert_close(_step_logits(model, clean, tgt, True), model(clean, tgt), atol=1e-5, rtol=1e-5)
+    assert all_hooks(model) == 0
