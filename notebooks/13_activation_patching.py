@@ -73,6 +73,7 @@ from workbench.translation.data import load_multi30k
 from workbench.translation.shipped import load_any
 from workbench.viz import figures
 from workbench.viz.patching_figures import interval_figure, path_patching_figure, patching_heatmap
+from workbench.viz.patching_widgets import PatchingInspector
 
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
@@ -177,6 +178,18 @@ patched_out = patched_greedy(model, corrupt, clean_cache, [Site(f"enc.{cfg.n_enc
                              max_extra=10)
 print("corrupted source:                ", tok.decode_tgt(plain.tolist())[0])
 print("with that one clean state patched:", tok.decode_tgt(patched_out.tolist())[0])
+
+# %% [markdown]
+# To explore a pair yourself: the inspector draws one family's map for a possessive pair; click a cell to see the
+# feminine sentence's translation with that one cell patched from the masculine run.
+
+# %%
+poss = next(p for p in pairs if p.kind == "possessive")
+inspector = PatchingInspector(model, tok, poss.clean_text, poss.corrupt_text, family="resid_enc")
+edit_pos = poss.edit[0]
+print(f"answer: {inspector.good} vs {inspector.bad}; the last encoder layer at {inspector.src_tokens[edit_pos]} "
+      f"patched gives: {inspector.select(cfg.n_enc_layers, edit_pos)}")
+inspector
 
 # %% [markdown]
 # Heads: each head's output (all positions) patched on its own. A head whose output carries the gender to the
