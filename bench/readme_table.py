@@ -164,11 +164,47 @@ def _agreement_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, s
     return [(figure, value, name) for figure, value in rows]
 
 
+STEPS_DIR = "ig-steps"  # bench/results/ig-steps/: the attention-vs-attribution study on one subset at several IG step counts
+SUMMARIES = ("cross last", "cross mean", "rollout", "diagonal")
+
+
+def _steps_rows(folder: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Rows comparing attention-vs-attribution reports of the same sentences at different integrated-gradients step
+    counts: the completeness error at each, the attention summaries' correlations with IG at each, and whether the
+    summaries' ranking and the most agreeing heads stay the same."""
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    reports = sorted(((json.loads(p.read_text()), p) for p in files), key=lambda rp: rp[0]["ig_steps"])
+    if len(reports) < 2:
+        return [], []
+    sizes = {(r["sentences"], r.get("seed"), r["split"]) for r, _ in reports}
+    if len(sizes) != 1:
+        raise ValueError(f"{folder}: the reports measured different sentences {sorted(sizes)}; compare like with like")
+    n = reports[0][0]["sentences"]
+    steps = " / ".join(str(r["ig_steps"]) for r, _ in reports)
+    names = ", ".join(f"{STEPS_DIR}/{p.name}" for _, p in reports)
+    ig = "spearman/integrated_gradients"
+    rhos = [[r["agreement"][f"{ig}/{c}"]["mean"] for c in SUMMARIES] for r, _ in reports]
+    orders = [tuple(sorted(SUMMARIES, key=lambda c, rr=rr: -rr[SUMMARIES.index(c)])) for rr in rhos]
+    heads = [{tuple(h) for h in r["ablation"]["most_agreeing_heads"]} for r, _ in reports]
+    rows = [
+        (f"integrated gradients completeness error at {steps} steps, the same {n} test sentences",
+         " / ".join(f"{100 * r['ig_completeness']['relative_error']:.1f} %" for r, _ in reports), names),
+        (f"attention vs integrated gradients at {steps} steps ({n} sentences), mean Spearman ρ: last layer / all layers "
+         "/ rollout / diagonal prior", " ; ".join(" / ".join(f"{v:.2f}" for v in rr) for rr in rhos), names),
+        ("ranking of those four summaries by ρ, and the most agreeing cross heads, as the steps grow",
+         ("ranking the same" if len(set(orders)) == 1 else "ranking changes") + ", "
+         + ("same heads" if all(h == heads[0] for h in heads) else
+            f"{len(set.intersection(*heads))} of {len(heads[0])} heads the same"), names),
+    ]
+    return rows, [f"- {_where(r, f'{STEPS_DIR}/{p.name}')}" for r, p in reports]
+
+
 def render(results: Path = RESULTS) -> str:
     """The Benchmarks page's block (markers included) for every JSON result in ``results``."""
     files = sorted(results.glob("*.json")) if results.is_dir() else []
+    steps_rows, steps_sources = _steps_rows(results / STEPS_DIR)
     lines = [BEGIN]
-    if not files:
+    if not files and not steps_rows:
         lines.append("No benchmark result is committed yet: run `workbench bench --json bench/results/NAME.json`, "
                      "then `python bench/readme_table.py --write`.")
     else:
@@ -188,6 +224,8 @@ def render(results: Path = RESULTS) -> str:
                 raise ValueError(f"{path}: neither a `workbench bench` report nor a translate_multi30k.py or "
                                  "attention_vs_attribution.py report")
             sources.append(f"- {_where(report, path.name)}")
+        rows += steps_rows
+        sources += steps_sources
         lines += ["| figure | measured | from |", "|---|---|---|"]
         lines += [f"| {figure} | {value} | `{name}` |" for figure, value, name in rows]
         lines += ["", "Sources:", *sources]

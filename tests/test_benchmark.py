@@ -377,3 +377,29 @@ def test_model_only_rival_draws_dropout_and_takes_the_loss_as_the_reference_does
     assert ref > 0
     assert dropout_ops(bench_suites.MODEL_ONLY) == ref
     assert dropout_ops("ours") < ref
+
+
+def _steps_report(steps: int, rho: dict[str, float], heads: list, error: float, sentences: int = 60) -> dict:
+    ig = "spearman/integrated_gradients"
+    return {"sentences": sentences, "seed": 0, "split": "test_2016_flickr", "ig_steps": steps, "command": ["x"],
+            "commit": "0123456789abcdef", "agreement": {f"{ig}/{c}": {"mean": v} for c, v in rho.items()},
+            "ablation": {"most_agreeing_heads": heads}, "ig_completeness": {"relative_error": error}}
+
+
+def test_table_compares_integrated_gradients_step_counts_on_the_same_sentences(tmp_path):
+    table = _readme_table()
+    folder = tmp_path / "ig-steps"
+    folder.mkdir()
+    rho = {"cross last": 0.40, "cross mean": 0.45, "rollout": 0.37, "diagonal": 0.32}
+    heads = [["cross", 2, 6], ["cross", 2, 3]]
+    (folder / "a.json").write_text(json.dumps(_steps_report(32, rho, heads, 0.206)))
+    (folder / "b.json").write_text(json.dumps(_steps_report(128, {**rho, "rollout": 0.41}, heads[::-1], 0.05)))
+    rows = [r for r in table.render(tmp_path).splitlines() if "ig-steps/a.json, ig-steps/b.json" in r]
+    assert "20.6 % / 5.0 %" in rows[0] and "32 / 128 steps, the same 60 test sentences" in rows[0]
+    assert "0.40 / 0.45 / 0.37 / 0.32 ; 0.40 / 0.45 / 0.41 / 0.32" in rows[1]
+    assert "ranking changes, same heads" in rows[2]  # rollout overtook last layer; the head set is a set
+    (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, [["cross", 0, 1], heads[0]], 0.05)))
+    assert "ranking the same, 1 of 2 heads the same" in table.render(tmp_path)
+    (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, heads, 0.05, sentences=100)))
+    with pytest.raises(ValueError, match="like with like"):
+        table.render(tmp_path)
