@@ -92,3 +92,16 @@ def test_bad_sentence_is_reported_not_raised(translator):
     insp = HeadInterventionInspector(model, tok, sentence="ein mann")
     insp.text.value = "  "
     assert "empty" in insp.result.value and insp.bleu_button.disabled and insp.mode.disabled
+
+
+def test_toggle_labels_are_never_cut(translator):
+    """Seen at 1400 px in JupyterLab: fixed 34 px / 64 px buttons cut "0" to "0.." and "L0 all" to "L...". The toggles
+    are as wide as their text and their rows do not shrink them; the grids wrap instead of squeezing."""
+    model, tok = translator
+    insp = HeadInterventionInspector(model, tok, sentence="ein mann fährt fahrrad", max_extra=4)
+    buttons = [*insp.toggles.values(), *insp.layer_buttons.values()]
+    for b in buttons:
+        assert b.layout.width == "auto" and b.layout.flex == "0 0 auto", (b.description, b.layout.width)
+        assert b.layout.min_width is not None
+    grids = insp.widget.children[2]
+    assert grids.layout.flex_flow == "row wrap"

@@ -129,3 +129,37 @@ def test_inspector_saved_state_holds_its_first_figure(translator):
     saved_grid = insp.grid.get_state()["_widget_data"]
     np.testing.assert_allclose(np.asarray(saved_grid[1]["z"], dtype=float),
                                insp.inspection.weights("cross", 0)[1].numpy(), rtol=1e-6)
+
+
+def test_inspector_shows_generation_and_the_beam_tree(translator):
+    """The generation view draws the cross-attention rows greedy decoding computed step by step (with the cache),
+    which equal a teacher-forced pass over the same output; with beam 4 it draws the search's tree."""
+    from workbench.translation.decode_trace import rerank
+
+    model, tok = translator
+    insp = AttentionInspector(model, tok, sentence="ein mann fährt fahrrad")
+    greedy = insp.generation_traces["greedy"]
+    assert greedy.tokens == insp.inspection.out_ids  # the inspected translation is the greedy one
+    drawn = np.asarray(insp.generation_figures["greedy"].data[0].z)
+    np.testing.assert_allclose(drawn, greedy.cross[:, -1].mean(1).numpy(), rtol=1e-6)
+    forced = insp.inspection.weights("cross", -1).mean(0).numpy()  # (T, S) teacher-forced
+    np.testing.assert_allclose(drawn, forced, atol=1e-5)
+    assert "beam" not in insp.generation_figures
+    insp.search.value = 4
+    beam, ranking = insp.generation_traces["beam"], insp.generation_traces["ranking"]
+    assert ranking.winner == rerank(beam, 0.6).winner
+    assert beam.hypothesis(ranking.winner) == insp.inspection.out_ids[: len(beam.hypothesis(ranking.winner))]
+    names = {t.name for t in insp.generation_figures["beam"].data}
+    assert "kept" in names and "winner at α = 0.6" in names
+
+
+def test_model_note_says_what_the_shipped_model_knows():
+    import workbench as wb
+    from workbench.viz.widgets import GENERAL_MODEL, model_note
+
+    card = wb.shipped.read_card("small-de-en")
+    note = model_note(card)
+    assert "Multi30k" in note and "photographs" in note and GENERAL_MODEL in note
+    assert model_note(None) == ""
+    assert GENERAL_MODEL in model_note({"name": "x", "limits": ["Domain: recipes."]})  # pointer added when missing
+    assert GENERAL_MODEL in card["limits"][0] and GENERAL_MODEL in (wb.shipped.model_dir("small-de-en") / "CARD.md").read_text()

@@ -29,10 +29,28 @@ from workbench.model.masks import attention_mask, causal_mask
 from workbench.model.positional import distance_matrix, sinusoidal_table
 from workbench.translation.batching import make_batch
 from workbench.translation.decode import translate
+from workbench.translation.decode_trace import rerank, trace_beam, trace_greedy
 from workbench.translation.metrics import corpus_bleu
-from workbench.viz import figures
+from workbench.viz import decoding_figures, figures
 
 KIND_LABELS = {"encoder self-attention": "enc_self", "decoder self-attention": "dec_self", "cross-attention": "cross"}
+# toggles as wide as their text (padding kept small), never shrunk by their row
+TOGGLE_LAYOUT = {"width": "auto", "flex": "0 0 auto", "padding": "0 6px"}
+GENERAL_MODEL = "Helsinki-NLP/opus-mt-de-en"  # a general German-English model wb.pretrained can open (Hugging Face)
+
+
+def model_note(card: dict[str, Any] | None) -> str:
+    """HTML saying what a shipped model learned from (its card's first known limit, the domain) and where a general
+    model is; empty without a card."""
+    if not card:
+        return ""
+    limits = card.get("limits") or []
+    domain = html.escape(limits[0]) if limits else ""
+    pointer = "" if GENERAL_MODEL in domain else (
+        f" For other German text open a general model, <code>wb.pretrained(\"{GENERAL_MODEL}\")</code>.")
+    return (f"<small><b>{html.escape(str(card.get('name', 'this model')))}</b> knows what it was trained on. "
+            f"{domain}{pointer} (A Hugging Face model needs the <code>transformers</code> package and the model in "
+            "its cache, or a connection to download it once.)</small>")
 
 
 class AttentionInspector:
@@ -45,8 +63,8 @@ class AttentionInspector:
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sentence: str = "Ein Mann fährt auf einem Fahrrad.",
-                 beam: int = 1) -> None:
-        self.model, self.tokenizer = model.eval(), tokenizer
+                 beam: int = 1, card: dict[str, Any] | None = None, alpha: float = 0.6) -> None:
+        self.model, self.tokenizer, self.alpha = model.eval(), tokenizer, alpha
         self.n_heads = model.cfg.n_heads
         self.n_layers = {"enc_self": model.cfg.n_enc_layers, "dec_self": model.cfg.n_dec_layers, "cross": model.cfg.n_dec_layers}
         self.inspection: Inspection | None = None
@@ -64,6 +82,13 @@ class AttentionInspector:
         self.single = go.FigureWidget(figures.attention_heatmap(np.zeros((1, 1)), [""], [""]))
         self.grid = go.FigureWidget(figures.head_grid(np.zeros((1, self.n_heads, 1, 1)), [""], [""]))
         self.figure_box = W.Box([self.single])
+        self.note = W.HTML(model_note(card))
+        # generation: each generated token's cross-attention as the decoder produced it (greedy, with the cache; not a
+        # teacher-forced pass), and with beam 4 the search's tree
+        self.generation = W.Output()
+        self.generation_box = W.Accordion(children=[self.generation], selected_index=None)
+        self.generation_box.set_title(0, "while decoding: each new token's cross-attention, and the beam tree")
+        self.generation_traces: dict[str, Any] = {}
         self.single.data[0].on_click(self._on_click)
         self._drawn = {"single": False, "grid": False}  # placeholders until the first real figure
 
@@ -74,8 +99,8 @@ class AttentionInspector:
         self.layer.observe(lambda _: self.update(), names="value")
         self.head.observe(lambda _: self.update(), names="value")
         self.widget = W.VBox([
-            W.HBox([self.text, self.button]), self.search, self.output,
-            W.HBox([self.kind, self.layer, self.head]), self.figure_box, self.status,
+            W.HBox([self.text, self.button]), self.note, self.search, self.output,
+            W.HBox([self.kind, self.layer, self.head]), self.figure_box, self.status, self.generation_box,
         ])
         self.translate()
 
@@ -89,6 +114,34 @@ class AttentionInspector:
         self.output.value = f"<b>translation:</b> {self.inspection.translation}"
         self.highlight = None
         self.update()
+        self.show_generation()
+
+    def show_generation(self) -> None:
+        """Decode the sentence again step by step and draw what the decoder saw while generating: the cross-attention
+        row of every new token (last layer, mean over heads) and, with beam search, the tree of the search."""
+        ins, tok = self.inspection, self.tokenizer
+        if ins is None:
+            return
+        src = torch.tensor([ins.src_ids], device=next(self.model.parameters()).device)
+        label = lambda i: tok.id_to_token(i, "tgt")  # noqa: E731
+        greedy = trace_greedy(self.model, src, k=5, bos_id=tok.bos_id, eos_id=tok.eos_id)
+        figs = {"greedy": figures.attention_heatmap(
+            greedy.cross[:, -1].mean(1), [label(i) for i in greedy.tokens], ins.src_tokens,
+            title="greedy decoding: each generated token's cross-attention (last layer, mean over heads)")}
+        self.generation_traces = {"greedy": greedy}
+        if self.search.value > 1:
+            beam = trace_beam(self.model, src, beam=self.search.value, bos_id=tok.bos_id, eos_id=tok.eos_id)
+            ranking = rerank(beam, self.alpha)
+            self.generation_traces.update(beam=beam, ranking=ranking)
+            figs["beam"] = decoding_figures.beam_tree_figure(beam, label, ranking,
+                                                             title=f"beam {self.search.value}, α = {self.alpha:g}")
+        self.generation_figures = figs
+        self.generation.clear_output()
+        with self.generation:
+            from IPython.display import display
+
+            for fig in figs.values():
+                display(fig)
 
     def _on_kind(self, _: Any) -> None:
         kind = self.kind.value
@@ -191,7 +244,8 @@ class HeadInterventionInspector:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sentence: str = "Ein Mann fährt auf einem Fahrrad.",
                  validation: Sequence[tuple[str, str]] | None = None, bleu_sentences: int = 50,
-                 means: dict[tuple[str, int], torch.Tensor] | None = None, max_extra: int = 50) -> None:
+                 means: dict[tuple[str, int], torch.Tensor] | None = None, max_extra: int = 50,
+                 card: dict[str, Any] | None = None) -> None:
         self.model, self.tokenizer = model.eval(), tokenizer
         self.validation = list(validation or [])[:bleu_sentences]
         self.means, self.max_extra = means, max_extra
@@ -226,8 +280,10 @@ class HeadInterventionInspector:
         self.kind.observe(self._on_kind, names="value")
         self.layer.observe(lambda _: None if self._quiet else self.update(), names="value")
         self.bleu_button.on_click(lambda _: self.score_bleu())
+        self.note = W.HTML(model_note(card))
         self.widget = W.VBox([
-            self.text, W.HBox(grids), W.HBox([self.mode, self.reset]), self.result,
+            self.text, self.note, W.HBox(grids, layout=W.Layout(flex_flow="row wrap")), W.HBox([self.mode, self.reset]),
+            self.result,
             W.HBox([self.kind, self.layer]), self.figure_box, W.HBox([self.bleu_button, self.bleu_result]), self.status,
         ])
         self.translate()
@@ -236,19 +292,21 @@ class HeadInterventionInspector:
     def _toggle_grid(self, kind: str) -> W.Widget:
         rows = []
         for layer in range(self.n_layers[kind]):
-            whole = W.Button(description=f"L{layer} all", layout=W.Layout(width="64px"), tooltip="switch the whole layer")
+            # sized by their text and never shrunk by the row (fixed 34/64 px widths cut labels to "0.." and "L...")
+            whole = W.Button(description=f"L{layer} all", layout=W.Layout(**TOGGLE_LAYOUT, min_width="5em"),
+                             tooltip="switch the whole layer")
             whole.on_click(lambda _, kind=kind, layer=layer: self._toggle_layer(kind, layer))
             self.layer_buttons[(kind, layer)] = whole
             cells = []
             for head in range(self.n_heads):
                 toggle = W.ToggleButton(value=False, description=str(head), tooltip=f"{kind} layer {layer} head {head}",
-                                        layout=W.Layout(width="34px"))
+                                        layout=W.Layout(**TOGGLE_LAYOUT, min_width="2.6em"))
                 toggle.observe(self._on_toggle, names="value")
                 self.toggles[(kind, layer, head)] = toggle
                 cells.append(toggle)
-            rows.append(W.HBox([whole, *cells]))
+            rows.append(W.HBox([whole, *cells], layout=W.Layout(flex_flow="row nowrap", width="auto")))
         title = next(label for label, k in KIND_LABELS.items() if k == kind)
-        return W.VBox([W.HTML(f"<b>{title}</b>"), *rows], layout=W.Layout(margin="0 16px 0 0"))
+        return W.VBox([W.HTML(f"<b>{title}</b>"), *rows], layout=W.Layout(margin="0 16px 8px 0", flex="0 0 auto"))
 
     def _on_toggle(self, change: Any) -> None:
         change.owner.button_style = "danger" if change.new else ""
