@@ -367,3 +367,16 @@ def test_png_export(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (fig.layout.width, fig.layout.height)  # the figure's own size, not a default
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ext, magic", [("svg", b"<svg"), ("pdf", b"%PDF-")])
+def test_vector_export(ext, magic, tmp_path):
+    """The formats the library page documents besides PNG: SVG and PDF through the same kaleido path."""
+    version = figures._kaleido_version()
+    require(version is not None and int(version.split(".")[0]) >= 1, f"kaleido >= 1 (found {version})",
+            "pip install -e '.[dev]' (the dev extra has kaleido)")
+    _browser()
+    path = figures.to_image(figures.attention_heatmap(softmax(4, 4), TGT[:4], SRC[:4], title="export"),
+                            tmp_path / f"f.{ext}")
+    assert path.read_bytes().startswith(magic)
