@@ -239,7 +239,7 @@ ex.predict("02.variance_factor", PREDICT_VARIANCE_FACTOR, 2 ** fit[0],
 #
 # ## 4 · Additive versus dot-product attention
 #
-# Before the Transformer, the usual score was Bahdanau's *additive* attention, a one-hidden-layer network applied to
+# Before the Transformer, a widely used score was Bahdanau's *additive* attention, a one-hidden-layer network applied to
 # every (query, key) pair: $e_{ij} = v^\top \tanh(W_q q_i + W_k k_j)$. Its cost grows the same way,
 # $O(T_q T_k d)$, but it needs a `(B, Tq, Tk, d)` hidden tensor and element-wise work on it, while the dot product
 # is one matrix multiplication into a `(B, Tq, Tk)` matrix. The paper notes the two score functions do about

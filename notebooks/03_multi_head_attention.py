@@ -295,7 +295,7 @@ ex.predict("03.params_ratio", PREDICT_PARAMS_RATIO,
 # %% [markdown]
 # ## 4 · What each head sees: heads built by hand
 #
-# Trained heads are studied in notebook 05. Here the point is the mechanism, so the weights are **set by hand** on
+# Trained heads are studied in notebook 09. Here the point is the mechanism, so the weights are **set by hand** on
 # an embedding that can be read directly: each token of `SENTENCE` is the concatenation of a one-hot code of its
 # word and a one-hot code of its position (padded with zeros up to `d_model`). Four heads, four different query/key
 # projections of the *same* vectors:

@@ -211,6 +211,36 @@ metrics.update(flop_ratio_at_n_eq_d=ratio[2], table_ratio_error=max(abs(t / c - 
                time_crossover_n=time_crossover)
 
 # %% [markdown]
+# ### Counting the projections too
+#
+# Table 1, and the crossing at $n = d$, count only attention's core. A self-attention *layer* also projects every
+# position into queries, keys and values and back through $W^O$: four $d \times d$ products per position, $4nd^2$
+# multiply-adds, the same order as the recurrent layer's $2nd^2$. Counted with them, the ratio becomes
+# $(2n^2d + 4nd^2) / (2nd^2) = 2 + n/d$: self-attention costs more than a plain (tanh) recurrent layer at every $n$,
+# and the statement "cheaper while $n < d$" is about the part that grows with $n^2$. Against an LSTM, whose four gates
+# make $8nd^2$, the ratio $(2n^2d + 4nd^2) / (8nd^2)$ crosses one again, at $n = 2d$. PyTorch's FLOP counter checks the
+# projections' share on a real attention module.
+
+# %%
+import torch
+import torch.nn.functional as F
+from workbench.lessons.measure import counted_flops
+mha = wb.MultiHeadAttention(d_cross, 8)
+x_proj = torch.randn(1, d_cross, d_cross)  # n = d positions
+proj_flops = counted_flops(lambda: (F.linear(x_proj, mha.in_proj_weight, mha.in_proj_bias), mha.out_proj(x_proj)))
+proj_macs_formula = 4 * d_cross * d_cross * d_cross  # 4 n d^2 at n = d
+# layer_macs counts multiply-adds: 2 n² d for attention's two products, 2 n d² for the recurrent cell's two
+with_proj = [(layer_macs("self_attention", n, d_cross) + 4 * n * d_cross**2) / layer_macs("recurrent", n, d_cross)
+             for n in ns_cross]
+vs_lstm = [(layer_macs("self_attention", n, d_cross) + 4 * n * d_cross**2) / (8 * n * d_cross**2) for n in ns_cross]
+display(Markdown(markdown_table([{"n": n, "core only / recurrent": round(r, 3), "with projections / recurrent": round(w, 3),
+                                  "with projections / LSTM": round(v, 3)} for n, r, w, v in zip(ns_cross, ratio, with_proj, vs_lstm)])))
+print(f"projections counted by PyTorch at n = d = {d_cross}: {proj_flops:,} FLOPs = 2 x {proj_flops // 2:,} multiply-adds "
+      f"(formula 4nd² = {proj_macs_formula:,})")
+metrics.update(projection_flops_match=proj_flops == 2 * proj_macs_formula, ratio_with_projections=with_proj,
+               ratio_with_projections_vs_lstm=vs_lstm)
+
+# %% [markdown]
 # ## Sequential steps
 #
 # The recurrent layer computes $h_t = \tanh(W_x x_t + W_h h_{t-1})$: step $t$ needs step $t-1$, so a sequence of $n$
@@ -281,6 +311,11 @@ for kind, (lo, hi) in metrics["counted_over_table"].items():          # the tabl
 assert metrics["table_ratio_error"] < 1e-9                           # so the table crosses where the counts do
 assert abs(metrics["flop_ratio_at_n_eq_d"] - 1) < 1e-9                # crossover at n = d
 assert all(x < 1 for x in metrics["flop_ratio_below_d"]) and all(x > 1 for x in metrics["flop_ratio_above_d"])
+# with the projections counted (PyTorch's count of them matches 4nd²) attention costs 2 + n/d times a tanh RNN layer:
+# never less than twice; against an LSTM's 8nd² it crosses one at n = 2d (ns_cross[3])
+assert metrics["projection_flops_match"]
+assert all(abs(w - (2 + n / d_cross)) < 1e-9 for w, n in zip(metrics["ratio_with_projections"], ns_cross))
+assert min(metrics["ratio_with_projections"]) > 2 and abs(metrics["ratio_with_projections_vs_lstm"][3] - 1) < 1e-9
 assert metrics["memory_slope_n_self_attention"] > 1.7 and metrics["memory_slope_n_recurrent"] < 1.2   # n² vs n memory
 assert metrics["recurrent_steps_equal_n"] and metrics["parallel_layers_one_step"]
 assert metrics["path_lengths_match"], metrics["path_lengths"]

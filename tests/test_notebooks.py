@@ -115,6 +115,8 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("flops_slope_n_restricted", lambda v: _approx(v, 1.0, 0.05)),
         ("memory_slope_n_self_attention", lambda v: v > 1.7),
         ("flop_ratio_at_n_eq_d", lambda v: _approx(v, 1.0, 1e-9)),
+        ("projection_flops_match", lambda v: v is True),  # PyTorch counts 4nd² multiply-adds for W^Q, W^K, W^V, W^O
+        ("ratio_with_projections", lambda v: min(v) > 2),  # with them, attention never beats a tanh RNN layer
         ("recurrent_steps_equal_n", lambda v: v is True),
         ("path_lengths_match", lambda v: v is True),
         ("recurrent_path_equals_steps", lambda v: v is True),  # one unit: n steps = n layers of the unrolled cell
