@@ -199,6 +199,18 @@ def _steps_rows(folder: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
     return rows, [f"- {_where(r, f'{STEPS_DIR}/{p.name}')}" for r, p in reports]
 
 
+def _engines_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]:
+    r, n = report["results"], report["n_sentences"]
+    order = ("workbench", "transformers-generate", "ctranslate2-float32", "ctranslate2-int8")
+    figure = (f"{report['model']} beam {report['beam']} on {report['split']} ({n} sentences, "
+              f"{report['threads']} thread{'' if report['threads'] == 1 else 's'}, one run), sentences/s: workbench / "
+              "transformers `generate` / CTranslate2 float32 / CTranslate2 int8, same weights "
+              "(`bench/decoding_engines.py`)")
+    speed = " / ".join(f"{r[k]['sentences_per_s']:.1f}" for k in order)
+    bleu = " / ".join(f"{r[k]['bleu']:.2f}" for k in order)
+    return [(figure, speed, name), ("… their sacreBLEU, in the same order (each engine's own length penalty)", bleu, name)]
+
+
 def render(results: Path = RESULTS) -> str:
     """The Benchmarks page's block (markers included) for every JSON result in ``results``."""
     files = sorted(results.glob("*.json")) if results.is_dir() else []
@@ -220,6 +232,8 @@ def render(results: Path = RESULTS) -> str:
                 rows += _agreement_rows(report, path.name)
             elif "groups_ms_per_step" in report:
                 rows += _profile_rows(report, path.name)
+            elif report.get("benchmark") == "decoding-engines":
+                rows += _engines_rows(report, path.name)
             else:
                 raise ValueError(f"{path}: neither a `workbench bench` report nor a translate_multi30k.py or "
                                  "attention_vs_attribution.py report")
