@@ -101,7 +101,9 @@ with torch.no_grad():
     ours = greedy_decode(prod, src, bos_id=prod_tok.bos_id, eos_id=prod_tok.eos_id, max_len=src.shape[1] + 50)[0].tolist()
     tgt = torch.tensor([[prod_tok.bos_id, *theirs[:-1]]])
     gap = float((hf_model(**enc, decoder_input_ids=tgt).logits - prod(src, tgt)).abs().max())
-cut = lambda ids: ids[: ids.index(prod_tok.eos_id) + 1] if prod_tok.eos_id in ids else ids
+def cut(ids):
+    """The ids up to the first eos, included."""
+    return ids[: ids.index(prod_tok.eos_id) + 1] if prod_tok.eos_id in ids else ids
 print(f"largest logit difference: {gap:.2e}; greedy outputs identical: {cut(theirs) == cut(ours)}")
 print("translation:", prod_tok.decode_tgt([ours])[0])
 metrics.update(conversion_max_logit_error=gap, greedy_identical=cut(theirs) == cut(ours))
