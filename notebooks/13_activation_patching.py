@@ -106,6 +106,7 @@ n_heldout_pairs = len(pairs)
 if len(pairs) < n_pairs and TRAIN_SENTENCES > 0 and not SMOKE:
     train = [("train", s) for s, _ in load_multi30k("train", limit=TRAIN_SENTENCES)]
     pairs += build_pronoun_pairs(model, tok, train, limit=n_pairs - len(pairs))
+metrics["pairs_seconds"] = time.perf_counter() - t0
 print(f"{len(pairs)} pairs in {time.perf_counter() - t0:.0f} s: {n_heldout_pairs} from val and test, "
       f"{len(pairs) - n_heldout_pairs} from the train split")
 kinds = {k: sum(p.kind == k for p in pairs) for k in ("possessive", "subject")}
@@ -255,9 +256,10 @@ for p in pairs:
             res = sweep_position_groups(model, clean, corrupt, tgt, metric, groups, family=family, prepared=prepared)
             for g, column in zip(res.labels["group"], res.values.T, strict=True):
                 collected.setdefault((family, donor, g), []).append(column.numpy())
-        for family in ("enc_self", "dec_self", "cross"):
+        for family in ("enc_self", "cross"):  # decoder self-attention heads only see the shared prefix's effect
             res = sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=prepared)
             heads.setdefault((family, donor), []).append(res.values.numpy())
+metrics["sweep_seconds"] = time.perf_counter() - t0
 print(f"{used} pairs swept in {time.perf_counter() - t0:.0f} s "
       f"({len(pairs) - used} without an unrelated sentence of their length)")
 metrics["n_pairs_swept"] = used
@@ -355,7 +357,7 @@ metrics["best_encoder_vs_controls"] = {"layer": layer, "group": group, "clean": 
 
 # %%
 head_findings = []
-for family in ("enc_self", "dec_self", "cross"):
+for family in ("enc_self", "cross"):
     clean_rows, ctrl_rows = np.stack(heads[(family, "clean")]), np.stack(heads[(family, "unrelated")])
     mean, lo, hi = bootstrap_ci(clean_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
     _, _, ctrl_hi = bootstrap_ci(ctrl_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
@@ -375,20 +377,24 @@ metrics["head_findings"] = head_findings
 # %% [markdown]
 # ## 4 · Path patching: from encoder heads to cross-attention heads
 # Which encoder heads write the gender into the memory that a given cross-attention head reads? For a sender head in
-# the encoder and a receiver head in a decoder layer's cross-attention: run the feminine sentence with the sender's
+# the encoder and a receiver head in the last decoder layer's cross-attention: run the feminine sentence with the sender's
 # output taken from the masculine run and every other encoder head frozen, record the keys and values the receiver
 # reads, then run the feminine sentence again with only the receiver's keys and values replaced by those
 # (`wb.path_patching`). The slowest sweep: a few pairs only, each against the unrelated sentence.
 
 # %%
 paths, path_ctrl = [], []
+t0 = time.perf_counter()
+last_layer = [cfg.n_dec_layers - 1]
 for p in [p for p in pairs if unrelated_for(p) is not None][:n_path_pairs]:
     clean, corrupt, tgt, metric = tensors(p)
     pp = prepare_pair(model, clean, corrupt, tgt, metric)
     other = torch.tensor([unrelated_for(p)])
-    paths.append(path_patching(model, clean, corrupt, tgt, metric, prepared=pp))
+    paths.append(path_patching(model, clean, corrupt, tgt, metric, prepared=pp, receiver_layers=last_layer))
     ctrl = dataclasses.replace(pp, clean=cache_activations(model, other, tgt[1]))
-    path_ctrl.append(path_patching(model, clean, corrupt, tgt, metric, prepared=ctrl).values.numpy())
+    path_ctrl.append(path_patching(model, clean, corrupt, tgt, metric, prepared=ctrl,
+                                   receiver_layers=last_layer).values.numpy())
+metrics["path_seconds"] = time.perf_counter() - t0
 path_mean = np.stack([r.values.numpy() for r in paths]).mean(0)
 path_fig = path_patching_figure(dataclasses.replace(paths[0], values=torch.tensor(path_mean),
                                                     raw=torch.tensor(path_mean)),
@@ -399,6 +405,7 @@ m, lo, hi = bootstrap_ci(flat, n_resamples=N_BOOTSTRAP, seed=SEED)
 _, _, ctrl_hi = bootstrap_ci(np.stack([c.ravel() for c in path_ctrl]), n_resamples=N_BOOTSTRAP, seed=SEED)
 top = int(np.argmax(m))
 sl, sh, rl, rh = np.unravel_index(top, path_mean.shape)
+rl = last_layer[rl]
 path_clears = bool(lo[top] > ctrl_hi[top] and m[top] >= MIN_EFFECT)
 print(f"strongest path: encoder head {sl}.{sh} -> cross head {rl}.{rh}: {m[top]:.3f} [{lo[top]:.3f}, {hi[top]:.3f}], "
       f"unrelated sentence at most {ctrl_hi[top]:.3f}: " + ("clears it" if path_clears else "does not clear it; no claim"))

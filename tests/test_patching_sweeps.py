@@ -118,6 +118,11 @@ def test_path_patching_matches_a_two_step_computation(setup):
             single = _score(model, corrupt, tgt, metric, res.clean_metric, res.corrupted_metric)
         assert res.values[sl, sh, rl, rh].item() == pytest.approx(single, abs=1e-4)
     assert res.values.abs().max() > 1e-3  # some path carries something, so the comparison above is not 0 = 0
+    last = path_patching(model, clean, corrupt, tgt, metric, receiver_layers=[2])
+    assert last.values.shape == (2, 4, 1, 4) and last.labels["receiver_layer"] == ("2",)
+    assert torch.allclose(last.values[:, :, 0], res.values[:, :, 2], atol=1e-5)
+    with pytest.raises(PatchingError, match="receiver_layers"):
+        path_patching(model, clean, corrupt, tgt, metric, receiver_layers=[3])
 
 
 def test_bad_sweep_input(setup):

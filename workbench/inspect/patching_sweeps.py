@@ -390,7 +390,8 @@ def sweep_heads(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gaussia
 @torch.no_grad()
 def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor | tuple[Tensor, Tensor],
                   metric: LogitDiff, direction: str = "clean->corrupted", batch_size: int = 256,
-                  prepared: PreparedPair | None = None) -> PatchingResult:
+                  prepared: PreparedPair | None = None,
+                  receiver_layers: Sequence[int] | None = None) -> PatchingResult:
     """Path patching (Wang et al. 2022) from every encoder self-attention head to every cross-attention head.
 
     For a sender head ``(l, h)`` of the encoder and a receiver head ``(l', h')`` of a decoder layer's
@@ -400,6 +401,10 @@ def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gauss
     again with only the receiver head's keys and values replaced by those of step 1. The score says how much of
     the answer travels from the sender to the receiver through the memory.
 
+    Args:
+        receiver_layers: decoder layers whose cross-attention heads are receivers (default: all); fewer layers
+            make step 2 proportionally cheaper.
+
     Returns:
         :class:`PatchingResult` with axes ``("sender_layer", "sender_head", "receiver_layer", "receiver_head")``.
     """
@@ -408,6 +413,9 @@ def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gauss
     pair = prepared or _prepare(model, clean_src, corrupted, tgt, metric)
     donor, base = _donor(pair, direction), (pair.corrupted if direction == "clean->corrupted" else pair.clean)
     n_enc, n_dec = len(model.encoder_layers), len(model.decoder_layers)
+    layers = list(range(n_dec)) if receiver_layers is None else sorted({int(i) for i in receiver_layers})
+    if not layers or any(not 0 <= i < n_dec for i in layers):
+        raise PatchingError(f"receiver_layers={receiver_layers!r}: choose decoder layers among 0..{n_dec - 1}")
     n_heads = donor["enc.0.self.z"].shape[1]
     n_send = n_enc * n_heads
     base_corrupted = direction == "clean->corrupted"
@@ -421,24 +429,24 @@ def path_patching(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gauss
         sender[rows, torch.arange(n_heads)] = True
         name = f"enc.{layer}.self.z"
         plans[name] = (torch.where(sender, donor[name], base[name]), None)  # (n_send, H, S, d_v)
-    kv_sites = [f"dec.{i}.cross.{x}" for i in range(n_dec) for x in ("k", "v")]
+    kv_sites = [f"dec.{i}.cross.{x}" for i in layers for x in ("k", "v")]
     with pair.context(corrupted=base_corrupted), patch_plans(model, plans):
         step1 = cache_activations(model, base_src.expand(n_send, -1), base_tgt.expand(n_send, -1), sites=kv_sites)
     # step 2: one row per (sender, receiver); only the receiver's keys and values come from step 1
-    n_recv = n_dec * n_heads
+    n_recv = len(layers) * n_heads
     n = n_send * n_recv
     plans2 = {}
-    for layer in range(n_dec):
+    for j, layer in enumerate(layers):
         recv = torch.zeros(n_send, n_recv, n_heads, dtype=torch.bool)
-        recv[:, layer * n_heads + torch.arange(n_heads), torch.arange(n_heads)] = True
+        recv[:, j * n_heads + torch.arange(n_heads), torch.arange(n_heads)] = True
         mask = recv.view(n, n_heads, 1, 1).to(base_src.device)
         for x in ("k", "v"):
             name = f"dec.{layer}.cross.{x}"
             plans2[name] = (step1[name].repeat_interleave(n_recv, dim=0), mask)  # (n, H, S, d)
-    raw = _run_rows(pair, direction, n, plans2, batch_size).view(n_enc, n_heads, n_dec, n_heads)
+    raw = _run_rows(pair, direction, n, plans2, batch_size).view(n_enc, n_heads, len(layers), n_heads)
     heads = tuple(str(h) for h in range(n_heads))
     labels = {"sender_layer": tuple(str(i) for i in range(n_enc)), "sender_head": heads,
-              "receiver_layer": tuple(str(i) for i in range(n_dec)), "receiver_head": heads}
+              "receiver_layer": tuple(str(i) for i in layers), "receiver_head": heads}
     return PatchingResult(pair.normalise(raw), raw, ("sender_layer", "sender_head", "receiver_layer", "receiver_head"),
                           labels, "path", direction, pair.clean_metric, pair.corrupted_metric)
 

@@ -74,8 +74,8 @@ def path_patching_figure(result: Any, title: str | None = None) -> go.Figure:
     values = _check(result, 4, "path_patching_figure")
     ls, hs, lr, hr = values.shape
     grid = values.reshape(ls * hs, lr * hr)
-    senders = [f"enc {i}.{h}" for i in range(ls) for h in range(hs)]
-    receivers = [f"cross {i}.{h}" for i in range(lr) for h in range(hr)]
+    senders = [f"enc {i}.{h}" for i in result.labels["sender_layer"] for h in result.labels["sender_head"]]
+    receivers = [f"cross {i}.{h}" for i in result.labels["receiver_layer"] for h in result.labels["receiver_head"]]
     bound = max(1e-6, float(np.nanmax(np.abs(grid))))
     fig = go.Figure(go.Heatmap(z=grid, x=receivers, y=senders, zmid=0.0, zmin=-bound, zmax=bound,
                                colorscale=PATCHING_COLORSCALE, colorbar={"title": "score"},
