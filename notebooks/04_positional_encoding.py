@@ -208,6 +208,28 @@ print("|closed-form distance - measured| for k = 1, 5, 17:", [f"{e:.1e}" for e i
 metrics.update(rotation_error=max(rot_err), distance_formula_error=max(formula_err), rotation_orthogonality_error=orth)
 
 # %% [markdown]
+# ## Without positions, order is invisible
+#
+# Why add positions at all? Self-attention compares every token with every other one and the feed-forward network
+# treats each position alone, so nothing in an encoder layer knows where a token stands. Shuffle the input tokens and
+# the outputs come out shuffled the same way, otherwise unchanged: the layer is *permutation-equivariant* (and a
+# sentence is a bag of words to it). Adding the position vectors breaks the symmetry. Checked on an untrained encoder
+# layer, whose weights play no part in the argument:
+
+# %%
+torch.manual_seed(SEED)
+layer = wb.build_model(wb.preset("tiny", dropout=0.0), 50, 50).encoder_layers[0].eval()
+words = torch.randn(1, 10, 32)                                     # (1, T, d): ten token vectors, no positions
+perm = torch.randperm(10, generator=torch.Generator().manual_seed(SEED))
+with torch.no_grad():
+    no_pos_gap = float((layer(words[:, perm]) - layer(words)[:, perm]).abs().max())
+    pe = sinusoidal_table(10, 32)[None]                            # (1, T, d)
+    with_pos_gap = float((layer(words[:, perm] + pe) - layer(words + pe)[:, perm]).abs().max())
+print(f"without positions: layer(shuffled) vs shuffled(layer) differ by {no_pos_gap:.1e}; "
+      f"with positions added: by {with_pos_gap:.2f}")
+metrics.update(permutation_gap_without_positions=no_pos_gap, permutation_gap_with_positions=with_pos_gap)
+
+# %% [markdown]
 # ## Learned positions instead
 #
 # The paper also tried learning one position vector per position (Table 3, row E) and found nearly the same
@@ -343,6 +365,10 @@ def copy_accuracy(model, lo, hi):
 acc_in = copy_accuracy(longer, 3, TASK_MAX_LEN)
 acc_out = copy_accuracy(longer, TASK_MAX_LEN + 4, TASK_MAX_LEN + 16)
 print(f"sinusoidal model, teacher-forced copy accuracy: {acc_in:.2f} on trained lengths, {acc_out:.2f} on longer ones")
+print("what this measured: the table extends to any length, but the model "
+      + ("copies longer inputs about as well as trained ones" if acc_out >= acc_in - 0.05 else
+         f"copies longer inputs worse ({acc_in - acc_out:.2f} less accurate): a row for every position is not a model "
+         "that generalises to lengths it never saw"))
 metrics.update(learned_refuses_long_input="max_len" in learned_error, learned_load_refused=bool(learned_load_error),
                sinusoidal_extends=tuple(memory.shape) == (1, TRAIN_MAX_LEN + 8, MODEL_D),
                sinusoidal_accuracy_trained_lengths=acc_in, sinusoidal_accuracy_longer=acc_out)
@@ -367,6 +393,8 @@ assert metrics["untrained_offset_rank_correlation"] < metrics["untrained_shuffle
 assert metrics["learned_offset_rank_correlation"] < metrics["sinusoidal_offset_rank_correlation"]
 assert metrics["learned_refuses_long_input"] and metrics["learned_load_refused"]
 assert metrics["sinusoidal_extends"]
+# without positions an encoder layer commutes with shuffling (float rounding only); with them it does not
+assert metrics["permutation_gap_without_positions"] < 1e-5 < 1e-2 < metrics["permutation_gap_with_positions"]
 
 # %% [markdown]
 # ## Try it

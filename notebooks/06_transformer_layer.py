@@ -358,8 +358,8 @@ ex.predict("06.ffn_share", PREDICT_FFN_SHARE, ffn_params / layer_params,
 #
 # ## 3 · Embeddings: scaled by $\sqrt{d_\text{model}}$, and shared
 #
-# The token embedding is multiplied by $\sqrt{d_\text{model}}$ before the positional encoding is added. The
-# workbench initialises embedding rows with standard deviation $d_\text{model}^{-1/2}$, so a row has norm about 1;
+# The token embedding is multiplied by $\sqrt{d_\text{model}}$ before the positional encoding is added (§3.4). The
+# paper states the factor without giving a reason; what it does here follows from the sizes. The workbench initialises embedding rows with standard deviation $d_\text{model}^{-1/2}$, so a row has norm about 1;
 # every sinusoidal position vector has norm exactly $\sqrt{d_\text{model}/2}$ (half its entries are $\sin^2$, half
 # $\cos^2$ of the same angles). Without the factor the positions would dominate the sum; with it the two are of the
 # same size (ratio about $\sqrt 2$).

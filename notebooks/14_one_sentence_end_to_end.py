@@ -199,6 +199,8 @@ metrics.update(cache_bytes_match=held == formula, cache_bytes_final=held[-1], ma
 # no unfinished hypothesis can still beat the best finished one, and returns the finished hypothesis with the best
 # length-normalised score $\log P(Y) / lp(Y)$, $lp(Y) = ((5 + |Y|)/6)^\alpha$ (the paper's §6.1, from GNMT). Hover a
 # node for its whole hypothesis and scores; the red path is the winner, the dashed line where the search stops.
+# No hypothesis may run past the paper's output budget, the input length + 50 tokens (§6.1): at that step only
+# `<eos>` is allowed.
 
 # %%
 trace = trace_beam(model, src, beam=BEAM, bos_id=tok.bos_id, eos_id=tok.eos_id)
@@ -221,6 +223,9 @@ dfig.beam_tree_figure(trace, label, ranking, title=f"beam {BEAM} on this sentenc
 want = beam_search(model, src, beam=BEAM, alpha=ALPHA, bos_id=tok.bos_id, eos_id=tok.eos_id)[0]
 traced_equals_beam_search = trace.hypothesis(ranking.winner) == [i for i in want.tolist() if i != model.pad_id]
 print("the traced winner is beam_search's output:", traced_equals_beam_search)
+print(f"output budget: {trace.limit} tokens = {S} source pieces + 50; the longest hypothesis considered has "
+      f"{max(n.step for n in trace.nodes)} tokens")
+metrics.update(budget_is_input_plus_50=trace.limit == min(S + 50, cfg.max_len - 1))
 metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=len(trace.nodes) - 1,
                beam_pruned=sum(n.status == "pruned" for n in trace.nodes), beam_finished=len(trace.finished()),
                winner_alpha=text(trace.hypothesis(ranking.winner)))
@@ -271,6 +276,8 @@ assert metrics["cache_bytes_match"] and metrics["cache_logit_diff"] < 1e-4 and m
 assert metrics["macs_saved_fraction"] > 0
 # the tree's winner is beam_search's at every α checked
 assert metrics["traced_equals_beam_search"] and all(metrics["rerank_agrees_at"].values())
+# the paper's output budget: input length + 50 (capped by the positional table)
+assert metrics["budget_is_input_plus_50"]
 
 # %% [markdown]
 # ## Try it

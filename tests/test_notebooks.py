@@ -62,6 +62,9 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         ("learned_refuses_long_input", lambda v: v is True),
         ("learned_load_refused", lambda v: v is True),
         ("sinusoidal_extends", lambda v: v is True),
+        # no positions: an encoder layer commutes with shuffling (float rounding, measured 5e-7); with them it does not
+        ("permutation_gap_without_positions", lambda v: v < 1e-5),
+        ("permutation_gap_with_positions", lambda v: v > 1e-2),
         # below the loss of a uniform guess over the copy task's outputs: 20 words + 4 specials, log 24 = 3.18.
         # (A SMOKE run gets about 3.03, the entropy of the target tokens' frequencies: it learns which words
         # occur, not yet where; the full run goes far lower.)
@@ -91,6 +94,7 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         # the memory's K/V every step (measured 88 % saved); a cache that saved nothing would give 0
         ("macs_saved_fraction", lambda v: v > 0.5),
         ("traced_equals_beam_search", lambda v: v is True),
+        ("budget_is_input_plus_50", lambda v: v is True),  # §6.1's output limit
         ("rerank_agrees_at", lambda v: len(v) >= 3 and all(v.values())),
         # the default sentence was chosen for this: at 0.6 beam 4 drops "and a quad", at 1.4 it keeps it
         ("winner_changes", lambda v: v is True),
