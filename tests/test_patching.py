@@ -233,3 +233,20 @@ def test_an_imported_marian_model_is_patched_like_ours(name):
         with patch(model, corrupted, [Site("enc.1.resid", pos=3), "dec.0.cross.k"]):
             torch.testing.assert_close(_step_logits(model, clean, tgt, True), model(clean, tgt), atol=1e-5, rtol=1e-5)
     assert all_hooks(model) == 0
+
+
+def test_beam_search_under_a_patch_is_the_same_with_and_without_the_kv_cache(setup):
+    """Beam search expands the batch to the beams and reorders the cache: a one-sentence cache is broadcast."""
+    from workbench.translation.decode import beam_search
+
+    model, clean, corrupt, tgt = setup
+    clean_cache = cache_activations(model, clean, tgt)
+    sites = [Site("enc.1.resid", pos=2), "dec.1.resid", Site("dec.2.cross.z", head=1)]
+    with patch(model, clean_cache, sites):
+        fast, fast_scores = beam_search(model, corrupt, beam=3, max_extra=4, use_cache=True, return_scores=True)
+        slow, slow_scores = beam_search(model, corrupt, beam=3, max_extra=4, use_cache=False, return_scores=True)
+    plain_scores = beam_search(model, corrupt, beam=3, max_extra=4, return_scores=True)[1]
+    assert torch.equal(fast, slow)
+    torch.testing.assert_close(fast_scores, slow_scores, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(fast_scores, plain_scores)  # the patch reaches the beams
+    assert all_hooks(model) == 0
