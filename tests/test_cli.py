@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from workbench.errors import CheckpointError
+from workbench.tools.bench_suites import bench_precisions
 from workbench.tools.benchmark import SUITES
 from workbench.tools.cli import main
 
@@ -153,11 +154,27 @@ def test_bench_quick_prints_table_and_writes_json(tmp_path, capsys, multi30k_dir
         _check_race(r["rounds"], {k: v / 1e3 for k, v in r["ms"].items()})
         assert r["fused_over_nn"] == pytest.approx(r["ms"]["ours_fused"] / r["ms"]["nn.MultiheadAttention"])
 
-    (t,) = report["train_step"]["rows"]
-    assert t["preset"] == "tiny"
-    _check_race(t["rounds"], t["step_s"])
-    assert t["ratio_ours_over_nn"] == pytest.approx(t["step_s"]["ours"] / t["step_s"]["nn.Transformer"])
-    assert f"{t['ratio_ours_over_nn']:.2f}" in next(line for line in table.splitlines() if line.strip().startswith("tiny"))
+    precisions = bench_precisions(torch.device("cpu"))  # fp32, and bf16 on a CPU with bf16 matrix units
+    rows = report["train_step"]["rows"]
+    assert report["train_step"]["precisions"] == list(precisions)
+    assert [(t["preset"], t["precision"]) for t in rows] == [("tiny", p) for p in precisions]
+    for t in rows:
+        _check_race(t["rounds"], t["step_s"])
+        assert t["ratio_ours_over_nn"] == pytest.approx(t["step_s"]["ours"] / t["step_s"]["nn.Transformer"])
+        line = next(ln for ln in table.splitlines() if ln.split()[:2] == ["tiny", t["precision"]])
+        assert f"{t['ratio_ours_over_nn']:.2f}" in line
+    peaks = report["matmul_peak_tflops"]
+    assert peaks["fp32"] > 0 and (peaks["bf16"] > 0 if "bf16" in precisions else peaks["bf16"] is None)
+    pr = report["precision"]
+    if "bf16" in precisions:
+        (t,) = pr["train_step"]
+        _check_race(t["rounds"], t["step_s"])
+        assert t["bf16_speedup"] == pytest.approx(t["step_s"]["fp32"] / t["step_s"]["bf16"])
+        assert t["mfu"]["bf16"] == pytest.approx(t["tflops_per_s"]["bf16"] / peaks["bf16"])
+        assert pr["auto"]["precision"] in ("fp32", "bf16") and "ms in bf16" in pr["auto"]["reason"]
+        assert f"speed-up {t['bf16_speedup']:.2f}x" in table
+    else:
+        assert pr["skipped"].startswith("no bf16 matrix units")
 
     c = report["capture"]
     _check_race(c["forward_rounds"], {k: v / 1e3 for k, v in c["forward_ms"].items()})

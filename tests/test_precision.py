@@ -262,3 +262,39 @@ def test_capture_interventions_and_attribution_run_in_fp32_under_bf16():
     for key in ref.keys():
         assert torch.equal(cache[key], ref[key]), key
     assert torch.equal(attr.scores, attr_ref.scores)
+
+
+# -- the benchmark gives the reference the same precision ---------------------------------------------------------
+def test_train_step_race_runs_both_sides_in_the_same_precision():
+    from workbench.tools.bench_suites import random_batch, train_step_pair
+
+    torch.manual_seed(9)
+    src, tgt = random_batch(200, 4, 6, 7, CPU)
+    for precision, expected in (("bf16", True), ("fp32", False)):
+        ours, ref, fns = train_step_pair(wb.preset("tiny"), 200, src, tgt, CPU, precision=precision)
+        seen = []
+        for m in (ours, ref):
+            m.register_forward_hook(lambda _m, _i, _o, seen=seen: seen.append(torch.is_autocast_enabled("cpu")))
+        fns["ours"]()
+        fns["nn.Transformer"]()
+        assert seen == [expected, expected], precision
+
+
+def test_matmul_peak_is_measured_per_format():
+    from workbench.lessons.measure import matmul_peak
+
+    calls = []
+    real_mm = torch.mm
+
+    def mm(a, b):
+        calls.append(a.dtype)
+        return real_mm(a, b)
+
+    torch.mm = mm
+    try:
+        fp32 = matmul_peak(CPU, torch.float32, sizes=(64,), repeats=3)
+        bf16 = matmul_peak(CPU, torch.bfloat16, sizes=(64,), repeats=3)
+    finally:
+        torch.mm = real_mm
+    assert fp32 > 0 and bf16 > 0
+    assert calls == [torch.float32] * 4 + [torch.bfloat16] * 4  # one warm-up and three timed calls each

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import statistics
 import time
@@ -14,10 +15,10 @@ from torch import nn
 
 import workbench as wb
 from workbench.lessons.flops import peak_flops, train_step_flops
-from workbench.lessons.measure import call_seconds, peak_memory
+from workbench.lessons.measure import call_seconds, matmul_peak, peak_memory
 from workbench.model.attention import MultiHeadAttention
 from workbench.model.masks import to_nn_mask
-from workbench.runtime import adam, autocast
+from workbench.runtime import adam, autocast, choose_precision, cpu_bf16_units
 from workbench.tools.rivals import NNTransformer, without_hook_points
 from workbench.translation.decode import beam_search, greedy_decode
 from workbench.translation.kernels import use_fast_dropout
@@ -25,8 +26,30 @@ from workbench.translation.train import step_loss
 
 log = logging.getLogger(__name__)
 
-SUITES = ("attention", "train_step", "capture", "decoding", "e2e", "sdpa")
+SUITES = ("attention", "train_step", "capture", "decoding", "e2e", "sdpa", "precision")
 MIN_ROUNDS = 5  # no published median comes from fewer rounds
+
+
+def bench_precisions(device: torch.device) -> tuple[str, ...]:
+    """The number formats the training races run in on ``device``: bf16 on CUDA (as training runs there), fp32 and
+    bf16 on a CPU with bf16 matrix units (:func:`workbench.runtime.cpu_bf16_units`), fp32 elsewhere."""
+    if device.type == "cuda":
+        return ("bf16",)
+    return ("fp32", "bf16") if device.type == "cpu" and cpu_bf16_units() is not None else ("fp32",)
+
+
+@functools.cache
+def _peaks(device: str) -> dict[str, float | None]:
+    dev = torch.device(device)
+    bf16 = "bf16" in bench_precisions(dev)
+    return {"fp32": matmul_peak(dev, torch.float32), "bf16": matmul_peak(dev, torch.bfloat16) if bf16 else None}
+
+
+def measured_peaks(device: torch.device) -> dict[str, float | None]:
+    """The machine's fp32 and bf16 matrix-product rates (FLOP/s; bf16 None where no race runs in it), measured once
+    per process (:func:`workbench.lessons.measure.matmul_peak`): ``workbench bench`` measures them at its start,
+    and every suite's MFU is against the peak of the format it ran in."""
+    return _peaks(str(device))
 
 
 # -- measuring (the probes are workbench.lessons.measure's) -------------------------------------------------------------
@@ -92,13 +115,15 @@ def suite_attention(device: torch.device, quick: bool) -> dict[str, Any]:
     return {"d_model": d_model, "n_heads": n_heads, "batch": batch, "rows": rows}
 
 
-def _step_fn(model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device) -> Callable[[], None]:
-    """One optimizer step: ``loss_fn()`` under autocast, backward, Adam (the paper's betas and epsilon; fused where
-    torch has the kernel, the same optimizer for both rivals)."""
+def _step_fn(model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device,
+             precision: str | bool = True) -> Callable[[], None]:
+    """One optimizer step: ``loss_fn()`` under the autocast of ``precision`` (``True``: bf16 on CUDA only, as
+    before), backward, Adam (the paper's betas and epsilon; fused where torch has the kernel, the same optimizer for
+    both rivals)."""
     opt = adam(list(model.parameters()), device, lr=1e-4, betas=(0.9, 0.98), eps=1e-9)  # fused where it exists
 
     def step() -> None:
-        with autocast(device):
+        with autocast(device, precision):
             loss = loss_fn()
         loss.backward()
         opt.step()
@@ -122,12 +147,13 @@ MODEL_ONLY = "ours, model only"  # the train_step rival that differs from the re
 
 
 def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: torch.Tensor,
-                    device: torch.device, compiled: bool = False,
+                    device: torch.device, compiled: bool = False, precision: str | bool = True,
                     ) -> tuple[nn.Module, nn.Module, dict[str, Callable[[], None]]]:
     """Our model and the reference of the same sizes, and one training step of each on the batch ``(src, tgt)``.
 
     ``compiled``: also ``"ours compiled"`` and ``"nn.Transformer compiled"``, the same models through
-    ``torch.compile`` (default inductor backend) with an optimizer of their own.
+    ``torch.compile`` (default inductor backend) with an optimizer of their own. ``precision``: the autocast both
+    sides run under (``"fp32"``, ``"bf16"``; ``True``: bf16 on CUDA only).
     """
     from workbench.translation.batching import Batch
 
@@ -150,12 +176,12 @@ def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: tor
     # model only: our model with torch's own dropout (nn.Dropout, as the reference) and the reference's stock loss,
     # so the two sides differ by the model code alone (same sizes, same loss, same dropout kernel)
     plain = wb.build_model(cfg, vocab, vocab).to(device).train()
-    fns = {"ours": _step_fn(ours, ours_loss, device), "nn.Transformer": _step_fn(ref, ref_loss, device),
-           MODEL_ONLY: _step_fn(plain, lambda: stock_loss(plain), device)}
+    fns = {"ours": _step_fn(ours, ours_loss, device, precision), "nn.Transformer": _step_fn(ref, ref_loss, device, precision),
+           MODEL_ONLY: _step_fn(plain, lambda: stock_loss(plain), device, precision)}
     if compiled:
         ours_c, ref_c = losses(torch.compile(ours), torch.compile(ref))
-        fns["ours compiled"] = _step_fn(ours, ours_c, device)
-        fns["nn.Transformer compiled"] = _step_fn(ref, ref_c, device)
+        fns["ours compiled"] = _step_fn(ours, ours_c, device, precision)
+        fns["nn.Transformer compiled"] = _step_fn(ref, ref_c, device, precision)
     return ours, ref, fns
 
 
@@ -164,6 +190,8 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
 
     Each side runs with its best setting on the device: eager and ``torch.compile``d variants of both are raced
     (not in ``quick``, where compiling would dominate), and the ratio divides our fastest median by the reference's.
+    One row per preset and number format (:func:`bench_precisions`): the reference always runs in the same format
+    as ours; compiled variants only in the first format. MFU is against the measured peak of that format.
     """
     vocab = 8000
     if device.type == "cuda":
@@ -171,13 +199,15 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
     else:
         presets, (B, S, T) = (("tiny",) if quick else ("tiny", "small", "base")), (64, 20, 21)
     rounds = MIN_ROUNDS if quick else 7
-    peak = peak_flops(device)
+    precisions = bench_precisions(device)
     rows = []
-    for name in presets:
+    for name, precision in ((n, p) for n in presets for p in precisions):
         torch.manual_seed(0)
         cfg = wb.preset(name)
         src, tgt = random_batch(vocab, B, S, T, device)
-        ours, ref, fns = train_step_pair(cfg, vocab, src, tgt, device, compiled=not quick)
+        ours, ref, fns = train_step_pair(cfg, vocab, src, tgt, device, compiled=not quick and precision == precisions[0],
+                                         precision=precision)
+        peak = peak_flops(device) or measured_peaks(device)[precision]
         t0 = time.perf_counter()
         for key in fns:
             if key.endswith("compiled"):
@@ -194,12 +224,13 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
         flops = train_step_flops(cfg, B, S, T - 1, vocab, n_projected=n_real)
         rows.append({
             "preset": name,
+            "precision": precision,
             "batch": [B, S, T - 1],
             "target_padding_fraction": 1 - n_real / (B * (T - 1)),
             "rounds": raced["rounds"],
             "step_s": med,
             "best": {"ours": best_ours, "nn.Transformer": best_ref},
-            "compile_s": compile_s if len(fns) > 2 else None,
+            "compile_s": compile_s if any(k.endswith("compiled") for k in fns) else None,
             "ratio_ours_over_nn": med[best_ours] / med[best_ref],
             "ratio_eager": med["ours"] / med["nn.Transformer"],
             # model only: the same stock loss and nn.Dropout on both sides, eager, so only the model code differs
@@ -209,7 +240,8 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
             "peak_mib": {k: (None if v is None else v / 2**20) for k, v in mem.items()},
         })
         del ours, ref, fns
-    return {"vocab": vocab, "amp": "bf16" if device.type == "cuda" else "fp32", "rows": rows}
+    return {"vocab": vocab, "precisions": list(precisions), "peak": "data sheet" if peak_flops(device) else "measured",
+            "rows": rows}
 
 
 def suite_capture(device: torch.device, quick: bool) -> dict[str, Any]:
@@ -405,6 +437,74 @@ def suite_sdpa(device: torch.device, quick: bool) -> dict[str, Any]:
     }
 
 
+def suite_precision(device: torch.device, quick: bool) -> dict[str, Any]:
+    """bf16 against fp32 on this machine: our training step per preset and beam-4 decoding, each pair raced in one
+    run (alternating), with MFU against the measured peak of each format; and what ``--precision auto`` chooses
+    for the ``small`` training step (the probe ``fit`` runs at start-up)."""
+    precisions = bench_precisions(device)
+    if "bf16" not in precisions:
+        return {"skipped": "no bf16 matrix units on this CPU", "precisions": list(precisions)}
+    if device.type == "cuda":
+        return {"skipped": "CUDA trains in bf16 already (no fp32 race)", "precisions": list(precisions)}
+    peaks = measured_peaks(device)
+    vocab, (B, S, T) = 8000, (64, 20, 21)
+    presets = ("tiny",) if quick else ("small", "base")
+    rows = []
+    for name in presets:
+        torch.manual_seed(0)
+        cfg = wb.preset(name)
+        src, tgt = random_batch(vocab, B, S, T, device)
+        fns = {p: train_step_pair(cfg, vocab, src, tgt, device, precision=p)[2]["ours"] for p in ("fp32", "bf16")}
+        raced = race(fns, MIN_ROUNDS if quick or name == "base" else 7, device)
+        med = raced["median_s"]
+        n_real = int((tgt[:, 1:] != 0).sum())
+        flops = train_step_flops(cfg, B, S, T - 1, vocab, n_projected=n_real)
+        rows.append({"preset": name, "batch": [B, S, T - 1], "rounds": raced["rounds"], "step_s": med,
+                     "bf16_speedup": med["fp32"] / med["bf16"],
+                     "tflops_per_s": {p: flops / med[p] / 1e12 for p in med},
+                     "mfu": {p: flops / med[p] / peaks[p] for p in med}})
+        del fns
+    torch.manual_seed(0)
+    dec_name = "tiny" if quick else "small"
+    model = wb.build_model(wb.preset(dec_name), vocab, vocab).to(device).eval()
+    src, _ = random_batch(vocab, 16, 20, 21, device)
+    steps, eos = 40, 3
+
+    def beam4(p: str) -> Callable[[], None]:
+        def run() -> None:
+            with autocast(device, p):
+                beam_search(model, src, beam=4, eos_id=eos, max_len=steps)
+
+        return run
+
+    with _no_eos(model, eos):
+        raced = race({p: beam4(p) for p in ("fp32", "bf16")}, MIN_ROUNDS, device)
+    med = raced["median_s"]
+    decoding = {"preset": dec_name, "sentences": src.shape[0], "output_tokens": steps, "rounds": raced["rounds"],
+                "sent_per_s": {p: src.shape[0] / s for p, s in med.items()}, "bf16_speedup": med["fp32"] / med["bf16"]}
+    # what `--precision auto` takes for the small training step: fit's probe on a batch of the same size
+    torch.manual_seed(0)
+    src, tgt = random_batch(vocab, B, S, T, device)
+    shadow = use_fast_dropout(wb.build_model(wb.preset(dec_name), vocab, vocab)).to(device).train()
+    batch_ = _train_batch(src, tgt)
+
+    def probe() -> None:
+        loss, n = step_loss(shadow, shadow, batch_, pad_id=0, eps=0.1)
+        (loss / max(n, 1)).backward()
+        shadow.zero_grad(set_to_none=True)
+
+    auto = choose_precision("auto", device, probe, what=f"a {dec_name} training step")
+    return {"precisions": list(precisions), "bf16_units": cpu_bf16_units(),
+            "peak_tflops": {p: None if v is None else v / 1e12 for p, v in peaks.items()},
+            "train_step": rows, "beam4": decoding, "auto": auto.to_dict()}
+
+
+def _train_batch(src: torch.Tensor, tgt: torch.Tensor) -> Any:
+    from workbench.translation.batching import Batch
+
+    return Batch(src, tgt[:, :-1], tgt[:, 1:], pad_id=0)
+
+
 RUNNERS: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
     "attention": suite_attention,
     "train_step": suite_train_step,
@@ -412,4 +512,5 @@ RUNNERS: dict[str, Callable[[torch.device, bool], dict[str, Any]]] = {
     "decoding": suite_decoding,
     "e2e": suite_e2e,
     "sdpa": suite_sdpa,
+    "precision": suite_precision,
 }

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.lessons.flops import peak_flops
-from workbench.runtime import resolve_device
-from workbench.tools.bench_suites import MODEL_ONLY, RUNNERS, SUITES
+from workbench.runtime import cpu_bf16_units, resolve_device
+from workbench.tools.bench_suites import MODEL_ONLY, RUNNERS, SUITES, measured_peaks
 from workbench.tools.provenance import provenance, utc_now
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,10 @@ def run(suites: list[str] | None = None, quick: bool = False, device: str = "aut
         "quick": quick,
         "suites": names,
         "peak_tflops": None if peak_flops(dev) is None else peak_flops(dev) / 1e12,
+        "bf16_units": cpu_bf16_units() if dev.type == "cpu" else None,
     }
+    if any(n in ("train_step", "precision") for n in names):  # measured at the start, before the suites
+        report["matmul_peak_tflops"] = {p: None if v is None else v / 1e12 for p, v in measured_peaks(dev).items()}
     for name in names:
         t0 = time.perf_counter()
         log.info("benchmark suite %s ...", name)
@@ -94,7 +97,7 @@ ATTENTION_COLUMNS = (("n", 6), ("fused", 9), ("explicit", 9), ("nn.MHA", 9), ("f
                      ("mem expl", 9), ("mem nn", 8))
 TRAIN_STEP_RIVALS = ("ours", "nn.Transformer")
 TRAIN_STEP_VARIANTS = ("ours", "nn.Transformer", "ours compiled", "nn.Transformer compiled", MODEL_ONLY)
-TRAIN_STEP_COLUMNS = (("preset", 7), ("ours s", 8), ("nn s", 8), ("ours cmp", 9), ("nn cmp", 8), ("model s", 8),
+TRAIN_STEP_COLUMNS = (("preset", 7), ("prec", 5), ("ours s", 8), ("nn s", 8), ("ours cmp", 9), ("nn cmp", 8), ("model s", 8),
                       ("as trained", 10), ("model only", 10),
                       ("GFLOP/s", 8), ("MFU", 6), ("mem ours", 9), ("mem nn", 8))
 
@@ -111,6 +114,11 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"{report['device']} ({report.get('cpu_model') or report['machine']}, {report['threads']} threads), "
              f"torch {report['torch']}, commit {commit[:10] if commit else 'unknown'}"
              f"{' (uncommitted changes)' if report.get('dirty') else ''}"]
+    if report.get("matmul_peak_tflops"):
+        peaks = report["matmul_peak_tflops"]
+        lines.append("measured matrix-product peaks: " + ", ".join(
+            f"{p} {1e3 * v:.0f} GFLOP/s" for p, v in peaks.items() if v is not None)
+            + f" (bf16 units: {report.get('bf16_units') or 'none'})")
     if "attention" in report:
         a = report["attention"]
         lines += ["", f"attention fwd+bwd, d_model={a['d_model']}, h={a['n_heads']}, batch={a['batch']} (ms; peak MiB)"]
@@ -119,13 +127,14 @@ def format_table(report: dict[str, Any]) -> str:
              *(_fmt(r["peak_mib"][k]) for k in ATTENTION_RIVALS)] for r in a["rows"]])
     if "train_step" in report:
         t = report["train_step"]
-        lines += ["", f"training step vs nn.Transformer ({t['amp']}; same dropout placement; median of "
+        lines += ["", f"training step vs nn.Transformer (both in {' and '.join(t.get('precisions', ['fp32']))}, the same format each row; "
+                      f"same dropout placement; MFU against the {t.get('peak', 'data-sheet')} peak; median of "
                       f"{min(len(r['rounds']) for r in t['rows'])}+ alternating rounds). As trained: ours with its "
                       "cheaper CPU dropout draws and fused loss over real rows against the stock loss, each side's "
                       "fastest of eager and torch.compile'd; model only: ours with nn.Dropout and the same stock loss, "
                       "eager"]
         lines += _table(TRAIN_STEP_COLUMNS, [
-            [r["preset"], *(_fmt(r["step_s"].get(k)) for k in TRAIN_STEP_VARIANTS), f"{r['ratio_ours_over_nn']:.2f}",
+            [r["preset"], r.get("precision", "fp32"), *(_fmt(r["step_s"].get(k)) for k in TRAIN_STEP_VARIANTS), f"{r['ratio_ours_over_nn']:.2f}",
              _fmt(r.get("ratio_model_only")),
              f"{1e3 * r['ours_tflops_per_s']:.1f}", "-" if r["ours_mfu"] is None else f"{r['ours_mfu']:.1%}",
              *(_fmt(r["peak_mib"][k]) for k in TRAIN_STEP_RIVALS)] for r in t["rows"]])
@@ -149,6 +158,19 @@ def format_table(report: dict[str, Any]) -> str:
             lines += ["", f"end-to-end fit on Multi30k ({e['preset']}, {e['pairs']} pairs): {e['tokens_per_s']:.0f} tok/s, "
                           f"{1e3 * e['model_tflops_per_s']:.1f} GFLOP/s{mfu}; padding: source "
                           f"{e['src_padding_fraction']:.1%}, target {e['tgt_padding_fraction']:.1%}"]
+    if "precision" in report:
+        pr = report["precision"]
+        if "skipped" in pr:
+            lines += ["", f"bf16 vs fp32: skipped ({pr['skipped']})"]
+        else:
+            lines += ["", "bf16 vs fp32, our training step (raced in one run; MFU against each format's measured peak)"]
+            for r in pr["train_step"]:
+                lines.append(f"  {r['preset']:<6} fp32 {r['step_s']['fp32']:.3f} s  bf16 {r['step_s']['bf16']:.3f} s  "
+                             f"speed-up {r['bf16_speedup']:.2f}x  MFU fp32 {r['mfu']['fp32']:.1%} bf16 {r['mfu']['bf16']:.1%}")
+            d = pr["beam4"]
+            lines.append(f"  beam-4 decoding ({d['preset']}): fp32 {d['sent_per_s']['fp32']:.1f} sent/s, bf16 "
+                         f"{d['sent_per_s']['bf16']:.1f} sent/s, speed-up {d['bf16_speedup']:.2f}x")
+            lines.append(f"  --precision auto: {pr['auto']['precision']} ({pr['auto']['reason']})")
     if "sdpa" in report:
         lines += ["", "SDPA kernels (and dropout calls) dispatched:"] + [
             f"  {mode}: " + ", ".join(f"{k} x{v}" for k, v in kernels.items())
