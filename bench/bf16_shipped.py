@@ -1,0 +1,77 @@
+"""Shipped models decoded in bf16 against fp32 and against their cards: test_2016_flickr sacreBLEU and decoding time.
+
+    python bench/bf16_shipped.py [--names small-de-en gru-de-en] [--split test_2016_flickr] [--json FILE]
+
+Each shipped model decodes the split with its card's beam and length penalty twice, in fp32 and in bf16 (the order
+alternating from model to model), through the one scoring function (:func:`workbench.translation.pipeline.score`).
+The report holds, per model: the card's score, both scores here, their differences, both decoding times and their
+ratio (the beam-4 decoding speed-up on real sentences), the machine's load average before and after (a shared
+machine is said to be shared), and the provenance record (:mod:`workbench.tools.provenance`). bf16 needs a CPU with
+bf16 matrix units (``--precision bf16`` refuses otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+import torch
+
+from workbench.runtime import choose_precision, resolve_device
+from workbench.tools.provenance import provenance, utc_now
+from workbench.translation.pipeline import load_pairs, score
+from workbench.translation.shipped import default_alpha, list_pretrained, load_any, read_card
+
+TOLERANCE = 0.3  # BLEU: the issue's bound on bf16 decoding against the card
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--names", nargs="+", default=None, help="shipped models (default: all)")
+    ap.add_argument("--split", default="test_2016_flickr")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+
+    device = resolve_device("cpu")
+    bf16 = choose_precision("bf16", device)  # refuses, in one line, on a CPU without bf16 support
+    report = {**provenance(device=device), "load_average_start": os.getloadavg(), "split": args.split,
+              "tolerance_bleu": TOLERANCE, "models": {}}
+    for i, name in enumerate(args.names or list_pretrained()):
+        model, tokenizer, info = load_any(name, device=device)
+        card = read_card(name)
+        beam = card.get("decoding", {}).get("beam", 4)
+        alpha = default_alpha(info)
+        pairs = load_pairs(args.split, info["extra"]["src_lang"], info["extra"]["tgt_lang"], args.data_dir)
+        order = ("fp32", bf16) if i % 2 == 0 else (bf16, "fp32")
+        runs = {}
+        for precision in order:
+            r = score(model, tokenizer, pairs, beam=beam, alpha=alpha, device=device, precision=precision)
+            runs[r["precision"]] = r
+        card_bleu = card["bleu"][args.split][f"beam{beam}" if beam > 1 else "greedy"]
+        report["models"][name] = {
+            "beam": beam, "alpha": alpha, "order": [p if isinstance(p, str) else p.name for p in order],
+            "card_bleu": card_bleu, "fp32": runs["fp32"], "bf16": runs["bf16"],
+            "bf16_minus_card": round(runs["bf16"]["bleu"] - card_bleu, 2),
+            "bf16_minus_fp32": round(runs["bf16"]["bleu"] - runs["fp32"]["bleu"], 2),
+            "within_tolerance": abs(runs["bf16"]["bleu"] - card_bleu) <= TOLERANCE,
+            "decode_speedup_bf16": runs["fp32"]["decode_seconds"] / runs["bf16"]["decode_seconds"],
+        }
+        m = report["models"][name]
+        print(f"{name}: card {card_bleu:.2f}, fp32 {runs['fp32']['bleu']:.2f}, bf16 {runs['bf16']['bleu']:.2f} "
+              f"({m['bf16_minus_card']:+.2f} vs card); decoding {runs['fp32']['decode_seconds']:.0f} s fp32, "
+              f"{runs['bf16']['decode_seconds']:.0f} s bf16 ({m['decode_speedup_bf16']:.2f}x)", flush=True)
+    report["load_average_end"] = os.getloadavg()
+    report["finished_utc"] = utc_now()
+    report["threads"] = torch.get_num_threads()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
