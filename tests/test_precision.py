@@ -280,8 +280,8 @@ def test_train_step_race_runs_both_sides_in_the_same_precision():
         assert seen == [expected, expected], precision
 
 
-def test_matmul_peak_is_measured_per_format():
-    from workbench.lessons.measure import matmul_peak
+def test_matmul_peaks_alternate_the_formats():
+    from workbench.lessons.measure import matmul_peaks
 
     calls = []
     real_mm = torch.mm
@@ -292,9 +292,9 @@ def test_matmul_peak_is_measured_per_format():
 
     torch.mm = mm
     try:
-        fp32 = matmul_peak(CPU, torch.float32, sizes=(64,), repeats=3)
-        bf16 = matmul_peak(CPU, torch.bfloat16, sizes=(64,), repeats=3)
+        peaks = matmul_peaks(CPU, (torch.float32, torch.bfloat16), sizes=(64,), rounds=4)
     finally:
         torch.mm = real_mm
-    assert fp32 > 0 and bf16 > 0
-    assert calls == [torch.float32] * 4 + [torch.bfloat16] * 4  # one warm-up and three timed calls each
+    assert set(peaks) == {torch.float32, torch.bfloat16} and all(v > 0 for v in peaks.values())
+    f, b = torch.float32, torch.bfloat16
+    assert calls == [f, b] + [f, b, b, f, f, b, b, f]  # warm-ups, then four rounds alternating which goes first

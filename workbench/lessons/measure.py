@@ -179,18 +179,24 @@ def count_operations(fn: Callable[[], Any]) -> int:
     return mode.count
 
 
-def matmul_peak(device: torch.device | str, dtype: torch.dtype = torch.float32, sizes: tuple[int, ...] | None = None,
-                repeats: int = 5) -> float:
-    """The machine's measured matrix-product rate in FLOP/s for ``dtype``: square products of each size (default
-    512, 1024 and 2048 on a CPU; 4096 and 8192 on CUDA), the median of ``repeats`` calls after one warm-up, the
-    fastest size's. What a model's FLOP/s is compared against (MFU) when no data-sheet peak is known, or beside it.
+def matmul_peaks(device: torch.device | str, dtypes: tuple[torch.dtype, ...] = (torch.float32,),
+                 sizes: tuple[int, ...] | None = None, rounds: int = 5) -> dict[torch.dtype, float]:
+    """The machine's matrix-product peak in FLOP/s for each of ``dtypes``: square products of each size (default
+    512, 1024 and 2048 on a CPU; 4096 and 8192 on CUDA), the formats alternating call by call for ``rounds``
+    rounds after one warm-up each, and each format's fastest call over all sizes and rounds (a peak: the best the
+    machine gave; alternating keeps a busy moment of a shared machine from falling on one format only).
+    What a model's FLOP/s is compared against (MFU) when no data-sheet peak is known.
     """
     device = torch.device(device)
     sizes = sizes or ((4096, 8192) if device.type == "cuda" else (512, 1024, 2048))
-    best = 0.0
+    best = dict.fromkeys(dtypes, 0.0)
     for n in sizes:
-        a = torch.randn(n, n, device=device).to(dtype)
-        b = torch.randn(n, n, device=device).to(dtype)
-        seconds = median_seconds(lambda a=a, b=b: torch.mm(a, b), repeats=repeats, warmup=1, device=device)
-        best = max(best, 2 * n**3 / seconds)
+        pairs = {dt: (torch.randn(n, n, device=device).to(dt), torch.randn(n, n, device=device).to(dt)) for dt in dtypes}
+        for a, b in pairs.values():
+            torch.mm(a, b)  # warm-up
+        for r in range(rounds):
+            for dt in dtypes if r % 2 == 0 else dtypes[::-1]:
+                a, b = pairs[dt]
+                (seconds,) = call_seconds(lambda a=a, b=b: torch.mm(a, b), 1, device)
+                best[dt] = max(best[dt], 2 * n**3 / seconds)
     return best

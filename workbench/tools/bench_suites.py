@@ -15,7 +15,7 @@ from torch import nn
 
 import workbench as wb
 from workbench.lessons.flops import peak_flops, train_step_flops
-from workbench.lessons.measure import call_seconds, matmul_peak, peak_memory
+from workbench.lessons.measure import call_seconds, matmul_peaks, peak_memory
 from workbench.model.attention import MultiHeadAttention
 from workbench.model.masks import to_nn_mask
 from workbench.runtime import adam, autocast, choose_precision, cpu_bf16_units
@@ -42,12 +42,13 @@ def bench_precisions(device: torch.device) -> tuple[str, ...]:
 def _peaks(device: str) -> dict[str, float | None]:
     dev = torch.device(device)
     bf16 = "bf16" in bench_precisions(dev)
-    return {"fp32": matmul_peak(dev, torch.float32), "bf16": matmul_peak(dev, torch.bfloat16) if bf16 else None}
+    peaks = matmul_peaks(dev, (torch.float32, torch.bfloat16) if bf16 else (torch.float32,))
+    return {"fp32": peaks[torch.float32], "bf16": peaks.get(torch.bfloat16)}
 
 
 def measured_peaks(device: torch.device) -> dict[str, float | None]:
-    """The machine's fp32 and bf16 matrix-product rates (FLOP/s; bf16 None where no race runs in it), measured once
-    per process (:func:`workbench.lessons.measure.matmul_peak`): ``workbench bench`` measures them at its start,
+    """The machine's fp32 and bf16 matrix-product peaks (FLOP/s; bf16 None where no race runs in it), measured once
+    per process, the two formats alternating (:func:`workbench.lessons.measure.matmul_peaks`): ``workbench bench`` measures them at its start,
     and every suite's MFU is against the peak of the format it ran in."""
     return _peaks(str(device))
 
