@@ -198,7 +198,8 @@ else:
     tok = SubwordTokenizer.train(train, vocab_size=6000)
     d_model, steps = D_MODEL, TRAIN_STEPS
 cfg = wb.TrainConfig(epochs=1000, max_steps=steps, warmup_steps=200, lr_factor=0.5 if SMOKE else 1.0,
-                     max_tokens=2000, eval_bleu=False, seed=SEED, device="cpu", label_smoothing=0.1)
+                     max_tokens=2000, eval_bleu=False, seed=SEED, device="cpu", label_smoothing=0.1,
+                     precision="fp32")  # fp32: the same figures on every machine
 models, histories = {}, {}
 for use_attention in (True, False):
     wb.set_seed(SEED)

@@ -248,7 +248,8 @@ train = synthetic_pairs("copy", train_pairs, 3, TASK_MAX_LEN, 20, seed=SEED)
 val = synthetic_pairs("copy", 200, 3, TASK_MAX_LEN, 20, seed=SEED + 1)
 tok = WordTokenizer.train(train)
 train_cfg = wb.TrainConfig(epochs=train_epochs, warmup_steps=200, lr_factor=0.5, max_tokens=1200, eval_bleu=False,
-                           label_smoothing=0.0, seed=SEED, device="cpu", log_every=10)
+                           label_smoothing=0.0, seed=SEED, device="cpu", log_every=10,
+                           precision="fp32")  # fp32: the same figures on every machine
 val_batch = make_batch(tok.encode_src([s for s, _ in val]), tok.encode_tgt([t for _, t in val]), tok.pad_id)
 n_pos = TASK_MAX_LEN + 2                                           # positions the task uses (words, <bos>/<eos>)
 models, histories, untrained_loss = {}, {}, {}

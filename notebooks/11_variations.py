@@ -78,7 +78,7 @@ for name, (model_kw, train_kw) in variants.items():
     cfg = wb.ModelConfig(**{**base.to_dict(), **model_kw})
     model = wb.build_model(cfg, tok.src_vocab_size, tok.tgt_vocab_size)
     tcfg = wb.TrainConfig(**{"epochs": 1000, "max_steps": steps, "warmup_steps": 300, "max_tokens": 2000,
-                             "eval_bleu": False, "seed": SEED, "device": "cpu", **train_kw})
+                             "eval_bleu": False, "seed": SEED, "device": "cpu", "precision": "fp32", **train_kw})
     hist = fit(model, tok, train, val, tcfg)
     bleu = corpus_bleu(translate(model, tok, [s for s, _ in val], beam=1), [t for _, t in val]).score
     rows[name] = {"params": wb.count_parameters(model), "val_ppl": hist.val_ppl[-1], "val_bleu": bleu,
