@@ -29,6 +29,10 @@
 # 2. turn the scores into a distribution, $\alpha = \mathrm{softmax}(e)$;
 # 3. take the weighted sum $a_t = \sum_i \alpha_i h_i$ (the context vector);
 # 4. predict the next word from $[a_t; s_t]$, the context concatenated with the decoder state: $o_t = \tanh(W_c[a_t; s_t])$,
+#
+# In the words lesson 02 uses for the Transformer: the decoder state is the **query** ($q = s_t$), the encoder states
+# are both the **keys** the query is compared with and the **values** that get averaged ($K = V = [h_1, \dots, h_S]$).
+# Here the keys and values are the raw encoder states; the Transformer gives each role its own learned projection.
 #    $P(y_t) = \mathrm{softmax}(W_o o_t)$. (The baseline computes the same with $h_S$ in place of $a_t$.)
 #
 # This notebook does the four steps by hand with real numbers, then trains the same GRU model with and without

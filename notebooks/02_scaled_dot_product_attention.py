@@ -16,7 +16,9 @@
 # %% [markdown]
 # # 02 · Scaled dot-product attention
 #
-# In self-attention every token plays three roles. As a **query** it asks "which other tokens matter to me?", as a
+# Lesson 01's decoder attended with a query $q = s_t$ (its state) against keys and values that were the same vectors,
+# the encoder states ($K = V = h_i$). The Transformer keeps the look-up and separates the roles. In self-attention every
+# token plays all three. As a **query** it asks "which other tokens matter to me?", as a
 # **key** it is what the queries are compared against, and as a **value** it is what gets passed on once the
 # comparison is made. All three are linear maps of the same token vectors $X$ (embeddings plus positions):
 #

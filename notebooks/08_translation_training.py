@@ -235,6 +235,36 @@ pd.DataFrame(results).T
 # does not mean a better model than the paper's.
 
 # %% [markdown]
+# ### Table 2's training cost, recomputed, beside ours
+#
+# Table 2's last column estimates training cost as training time × number of GPUs × each GPU's sustained
+# single-precision throughput (the paper's footnote gives 9.5 TFLOPS for a P100): base, 12 hours on 8 P100s; big, 3.5
+# days on 8. For `small-de-en` we count instead: the multiply-adds of every training step on the shapes of its real
+# batches (`workbench.lessons.flops.train_step_flops`: forward plus a backward of twice the forward), one epoch's
+# batches of the training recipe's token budget, times the number of steps the card records.
+
+# %%
+from workbench.lessons.flops import train_step_flops
+from workbench.translation.batching import token_batches
+from workbench.translation.data import load_multi30k as _load
+P100 = 9.5e12  # FLOP/s, the paper's footnote
+paper_cost = {"base": 12 * 3600 * 8 * P100, "big": 3.5 * 24 * 3600 * 8 * P100}
+ship_model, ship_tok, ship_card = shipped["small-de-en"]
+tc = ship_card["training"]
+pairs_all = _load("train", "de", "en")
+src_all = ship_tok.encode_src([s for s, _ in pairs_all])
+tgt_all = ship_tok.encode_tgt([t for _, t in pairs_all])
+src_l, tgt_l = [len(x) for x in src_all], [len(y) - 1 for y in tgt_all]
+epoch = token_batches(src_l, tgt_l, tc["train_config"]["max_tokens"], seed=0)
+per_step = [train_step_flops(ship_model.cfg, len(b), max(src_l[i] for i in b), max(tgt_l[i] for i in b),
+                             ship_model.tgt_vocab_size, n_projected=sum(tgt_l[i] for i in b)) for b in epoch]
+ours = tc["steps"] * sum(per_step) / len(per_step)
+print(f"paper, recomputed: base {paper_cost['base']:.2g} FLOPs, big {paper_cost['big']:.2g} FLOPs")
+print(f"small-de-en, counted: {tc['steps']:,} steps × {sum(per_step) / len(per_step):.3g} FLOPs per step "
+      f"({len(epoch)} batches per epoch) = {ours:.2g} FLOPs, {paper_cost['base'] / ours:,.0f} times less than the base model")
+metrics.update(paper_cost_base=paper_cost["base"], paper_cost_big=paper_cost["big"], small_de_en_train_flops=ours)
+
+# %% [markdown]
 # ## Cross-attention alignments of a test sentence
 # Read from the shipped `small-de-en` (a trained model gives sharp alignments), or from `CHECKPOINT` when you set it.
 
@@ -292,6 +322,9 @@ for name in shipped:
         assert decoded > 0.8 * on_card, (name, decoded, on_card)
 # the shipped Transformer beats the shipped GRU trained beside it under the same budget, on the same sentences
 assert metrics["shipped small-de-en, beam 4"] > metrics["shipped gru-de-en, beam 4"]
+# Table 2's cost column follows from its own figures: 3.3e18 (base) and 2.3e19 (big) FLOPs
+assert f"{metrics['paper_cost_base']:.2g}" == "3.3e+18" and f"{metrics['paper_cost_big']:.2g}" == "2.3e+19"
+assert 0 < metrics["small_de_en_train_flops"] < metrics["paper_cost_base"]
 # the shipped translator, trained for 100 CPU minutes, is far ahead of what this notebook trains in a few minutes:
 # more than 10 BLEU on the same sentences (our 400-step model gives about 10, a SMOKE one about 0)
 if not CHECKPOINT:  # a user's CHECKPOINT may be the shipped model itself (-p CHECKPOINT=small-de-en): then there is no gap
