@@ -17,7 +17,13 @@ import pytest
 import torch
 
 from workbench.lessons import exercises as ex
-from workbench.tools.assign import SolutionMarkerError, copy_student, has_solutions, strip_solutions
+from workbench.tools.assign import (
+    SolutionMarkerError,
+    copy_student,
+    has_solutions,
+    solution_view,
+    strip_solutions,
+)
 from workbench.tools.notebook_runner import run_notebook
 from workbench.tools.notebooks import list_notebooks
 
@@ -94,6 +100,13 @@ def test_nan_and_dtype_and_largest_difference_reports():
     assert off.status == ex.FAILED and "largest difference 0.5 at index" in off.message
 
 
+def test_wrong_device_and_missing_return_are_reported():
+    meta = ex.check("01.dot_score", lambda s, H: (H * s[:, None, :]).sum(-1).to("meta"))
+    assert meta.status == ex.FAILED and "device meta, expected cpu" in meta.message
+    nothing = ex.check("01.dot_score", lambda s, H: None)
+    assert nothing.status == ex.FAILED and "returned a NoneType" in nothing.message
+
+
 def test_time_limit_is_reported():
     def slow(s, H):
         time.sleep(5)
@@ -155,6 +168,12 @@ def test_strip_solutions_follows_otter_rules():
     master: dict = {}
     exec(compile(MASTER_CELL.replace("print(a)", "pass"), "master", "exec"), master)  # noqa: S102
     assert master["f"](2) == 4  # the prompt is an inert string in the master
+
+
+def test_solution_view_keeps_the_solution_only():
+    view = solution_view(MASTER_CELL)
+    assert "y = x * 2" in view and "print(a)" in view and "a = 3" in view and "b = 4" in view
+    assert "SOLUTION" not in view and "PROMPT" not in view and "NotImplementedError" not in view
 
 
 def test_unbalanced_markers_are_refused():
@@ -222,6 +241,25 @@ def test_student_copy_runs_to_the_end_not_attempted(path, student_dir, tmp_path)
     rows = result["metrics"]["exercises"]
     assert [r["exercise"] for r in rows] == [e.id for e in ex.exercises_of(path.stem[:2])]
     assert all(r["status"] == ex.NOT_ATTEMPTED for r in rows), rows
+
+
+@pytest.mark.notebook
+def test_book_collapses_each_solution_and_shows_its_check(smoke_runs, tmp_path):
+    from workbench.tools.book import build_book
+
+    path = next(p for p in MASTERS if p.stem.startswith("02"))
+    assert smoke_runs(path)["status"] == "ok"
+    build_book(out=tmp_path / "site", from_reports=smoke_runs.out, only=["02"])
+    page = (tmp_path / "site" / f"{path.stem}.html").read_text(encoding="utf-8")
+    assert "BEGIN SOLUTION" not in page and "BEGIN PROMPT" not in page
+    for e in ex.exercises_of("02"):
+        name = e.id.split(".", 1)[1]
+        cell = page[page.index(f'id="exercise-{e.id.replace(".", "-").replace("_", "-")}'):]
+        details = cell[cell.index("<details"):cell.index("</details>")]  # collapsed: <details> without "open"
+        assert "Show the solution" in details and " open" not in details[:80]
+        assert re.search(rf"def.*{name}", re.sub(r"<[^>]+>", "", details))  # the solution's code inside
+        after = cell[cell.index("</details>"):]
+        assert f"exercise {e.id}: passed" in after  # the check's report, not collapsed
 
 
 # -- (d) grading a folder with one wrong exercise -----------------------------------------------------------------

@@ -97,6 +97,35 @@ def strip_solutions(source: str, where: str = "cell") -> str:
     return "\n".join(out)
 
 
+def solution_view(source: str) -> str:
+    """The master's solution as the book shows it: the marker lines and the student's prompt block left out.
+
+    Raises:
+        SolutionMarkerError: unbalanced markers, as :func:`strip_solutions`.
+    """
+    strip_solutions(source)  # validates the markers
+    out, in_prompt = [], False
+    for line in source.split("\n"):
+        if BEGIN_PROMPT.match(line):
+            in_prompt = True
+        elif END_PROMPT.match(line):
+            in_prompt = False
+        elif not (in_prompt or BEGIN_SOLUTION.match(line) or END_SOLUTION.match(line)):
+            out.append(re.sub(r"\s*#\s*SOLUTION( NO PROMPT)?\s*$", "", line))
+    return "\n".join(out).rstrip("\n")
+
+
+def book_solutions(nb: Any) -> int:
+    """Show each exercise cell (tag ``exercise``) of an executed master as its solution (:func:`solution_view`), in
+    place; returns the number of cells changed."""
+    changed = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "exercise" in cell.metadata.get("tags", []) and has_solutions(cell.source):
+            cell.source = solution_view(cell.source)
+            changed += 1
+    return changed
+
+
 def has_solutions(source: str) -> bool:
     """Does ``source`` hold otter solution markers?"""
     return any(BEGIN_SOLUTION.match(line) or SOLUTION_NO_PROMPT.search(line) for line in source.split("\n"))

@@ -143,6 +143,8 @@ def write_sources(pages: Sequence[BookPage], src: str | Path) -> list[str]:
     import nbformat
     import plotly
 
+    from workbench.tools.assign import book_solutions
+
     src = Path(src)
     shutil.copytree(BOOK_SRC, src, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     static = src / "_static"
@@ -152,6 +154,7 @@ def write_sources(pages: Sequence[BookPage], src: str | Path) -> list[str]:
     checks: dict[str, list[Check]] = {}
     for page in pages:
         nb, made = prepare_notebook(page)
+        book_solutions(nb)  # exercise cells show their solution (collapsed by their hide-input tag), not the markers
         changes += [f"{page.name}: {c}" for c in made]
         checks[page.name] = closing_checks(nb, page.metrics)
         nbformat.write(nb, str(src / f"{page.name}.ipynb"))
