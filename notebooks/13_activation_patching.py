@@ -271,7 +271,7 @@ for p in pairs:
             res = sweep_position_groups(model, clean, corrupt, tgt, metric, groups, family=family, prepared=prepared)
             for g, column in zip(res.labels["group"], res.values.T, strict=True):
                 collected.setdefault((family, donor, g), []).append(column.numpy())
-        for family in ("enc_self", "cross"):  # decoder self-attention heads only see the shared prefix's effect
+        for family in ("cross",):  # the heads that read the memory (section 1 shows the others for one pair)
             res = sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=prepared)
             heads.setdefault((family, donor), []).append(res.values.numpy())
 metrics["sweep_seconds"] = time.perf_counter() - t0
@@ -367,12 +367,12 @@ metrics["best_encoder_vs_controls"] = {"layer": layer, "group": group, "clean": 
                                        "random": rand_s}
 
 # %% [markdown]
-# The heads, averaged over pairs: a head is named only where its interval clears the same head patched from the
-# unrelated sentence (and its mean reaches `MIN_EFFECT`).
+# The cross-attention heads, averaged over pairs: a head is named only where its interval clears the same head
+# patched from the unrelated sentence (and its mean reaches `MIN_EFFECT`).
 
 # %%
 head_findings = []
-for family in ("enc_self", "cross"):
+for family in ("cross",):
     clean_rows, ctrl_rows = np.stack(heads[(family, "clean")]), np.stack(heads[(family, "unrelated")])
     mean, lo, hi = bootstrap_ci(clean_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
     _, _, ctrl_hi = bootstrap_ci(ctrl_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
