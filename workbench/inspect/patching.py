@@ -51,8 +51,10 @@ from torch import Tensor, nn
 from workbench.errors import PatchingError
 
 __all__ = [
-    "ActivationCache", "Site", "activation_sites", "cache_activations", "patch", "patched_greedy", "site_names",
+    "ActivationCache", "Site", "activation_sites", "cache_activations", "patch", "patch_plans", "patched_greedy",
+    "positions_differing", "site_names",
 ]
+
 
 def _is_head_site(name: str) -> bool:
     return name.endswith((".z", ".k", ".v"))
