@@ -276,7 +276,7 @@ metrics.update(best_alignment_agreement=agreement[best], chance_alignment=1 / me
 
 # %%
 from workbench.viz.widgets import AttentionInspector
-inspector = AttentionInspector(model, tok, sentence=SENTENCE)
+inspector = AttentionInspector(model, tok, sentence=SENTENCE, card=info.get("card"))  # the card says what the model knows
 inspector
 
 # %%
