@@ -306,7 +306,7 @@ elif not CHECKPOINT:  # a translator well above noise, as the recipe delivers it
     # again (history above); averaging smooths that out
     assert metrics["averaged, beam 4"] > 8.0
     # beam search beats greedy decoding on the same weights (three default runs: +3.3 to +4.9 BLEU on the last
-    # checkpoint; the book's run: +5.2 on the average; this check was "not worse than greedy - 1" before)
+    # checkpoint; the book's run: +5.2 on the average)
     assert metrics["averaged, beam 4"] > metrics["averaged, greedy"]
 # the shipped models, decoded above (not read from their cards): on the whole test set each reproduces its card's
 # beam-4 figure within 0.1 BLEU; on a part of it (SMOKE decodes 60 sentences) each stays above 80 % of the card's
@@ -328,8 +328,7 @@ assert 0 < metrics["small_de_en_train_flops"] < metrics["paper_cost_base"]
 # the shipped translator, trained for 100 CPU minutes, is far ahead of what this notebook trains in a few minutes:
 # more than 10 BLEU on the same sentences (our 400-step model gives about 10, a SMOKE one about 0)
 if not CHECKPOINT:  # a user's CHECKPOINT may be the shipped model itself (-p CHECKPOINT=small-de-en): then there is no gap
-    # to claim; the default and SMOKE runs, which train their own model, always assert it (a default run with the
-    # earlier shipped model: 39.9 vs 12.4)
+    # to claim; the default and SMOKE runs, which train their own model, always assert it
     assert metrics["shipped small-de-en, beam 4"] > metrics[f"{best}, beam 4"] + 10
 
 # %% [markdown]
