@@ -166,6 +166,7 @@ def _agreement_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, s
 
 STEPS_DIR = "ig-steps"  # bench/results/ig-steps/: the attention-vs-attribution study on one subset at several IG step counts
 SUMMARIES = ("cross last", "cross mean", "rollout", "diagonal")
+LABELS = {"cross last": "last layer", "cross mean": "all layers", "rollout": "rollout", "diagonal": "diagonal prior"}
 
 
 def _steps_rows(folder: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
@@ -192,9 +193,10 @@ def _steps_rows(folder: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
         (f"attention vs integrated gradients at {steps} steps ({n} sentences), mean Spearman ρ: last layer / all layers "
          "/ rollout / diagonal prior", " ; ".join(" / ".join(f"{v:.2f}" for v in rr) for rr in rhos), names),
         ("ranking of those four summaries by ρ, and the most agreeing cross heads, as the steps grow",
-         ("ranking the same" if len(set(orders)) == 1 else "ranking changes") + ", "
-         + ("same heads" if all(h == heads[0] for h in heads) else
-            f"{len(set.intersection(*heads))} of {len(heads[0])} heads the same"), names),
+         ("ranking the same" if len(set(orders)) == 1 else "ranking changes: " + "; ".join(
+             " > ".join(LABELS[c] for c in order) + f" at {r['ig_steps']}" for order, (r, _) in zip(orders, reports)))
+         + ", " + ("same heads" if all(h == heads[0] for h in heads) else
+                   f"{len(set.intersection(*heads))} of {len(heads[0])} heads the same"), names),
     ]
     return rows, [f"- {_where(r, f'{STEPS_DIR}/{p.name}')}" for r, p in reports]
 

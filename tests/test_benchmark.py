@@ -397,7 +397,9 @@ def test_table_compares_integrated_gradients_step_counts_on_the_same_sentences(t
     rows = [r for r in table.render(tmp_path).splitlines() if "ig-steps/a.json, ig-steps/b.json" in r]
     assert "20.6 % / 5.0 %" in rows[0] and "32 / 128 steps, the same 60 test sentences" in rows[0]
     assert "0.40 / 0.45 / 0.37 / 0.32 ; 0.40 / 0.45 / 0.41 / 0.32" in rows[1]
-    assert "ranking changes, same heads" in rows[2]  # rollout overtook last layer; the head set is a set
+    # rollout overtook the last layer, said as both orders; the head set is a set
+    assert ("ranking changes: all layers > last layer > rollout > diagonal prior at 32; all layers > rollout > last "
+            "layer > diagonal prior at 128, same heads") in rows[2]
     (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, [["cross", 0, 1], heads[0]], 0.05)))
     assert "ranking the same, 1 of 2 heads the same" in table.render(tmp_path)
     (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, heads, 0.05, sentences=100)))
