@@ -213,6 +213,17 @@ def test_student_copies_hold_stubs_not_solutions(tmp_path):
         assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
 
 
+def test_cli_copy_student_writes_stubs(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "workbench", "notebooks", "copy", "--student", str(tmp_path / "class"),
+                           "--only", "05"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = next((tmp_path / "class").glob("05_*.py")).read_text()
+    assert "BEGIN SOLUTION" not in text and text.count("raise NotImplementedError") == len(ex.exercises_of("05"))
+    again = subprocess.run([sys.executable, "-m", "workbench", "notebooks", "copy", "--student", str(tmp_path / "class"),
+                            "--only", "05"], capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "--force" in again.stderr  # the student's work is never overwritten silently
+
+
 # -- (a) the masters pass every check; (b) the student copies run to the end -------------------------------------
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", MASTERS, ids=lambda p: p.stem)
