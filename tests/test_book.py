@@ -382,3 +382,16 @@ def test_checks_under_a_false_condition_are_skipped_not_held():
     assert "**– skipped**: `c`" in book_pages.checks_markdown(nb, page)
     table = book._series_table([page], {"99_toy": checks})
     assert "| 4 of 4 | 2 |" in table
+
+
+def test_nb_anchor_finds_a_heading_whose_apostrophe_sphinx_made_curly():
+    """Sphinx's smartquotes render "The paper's Table 2" with a curly apostrophe; the concept map writes it straight."""
+    from docutils import nodes
+
+    doc = nodes.document(None, None)
+    section = nodes.section()
+    section += nodes.title(text="The paper\u2019s Table 2 beside ours")
+    doc += section
+    assert book_sphinx.find_section(doc, "The paper's Table 2") is section
+    assert book_sphinx.find_section(doc, "the PAPER\u2019S table 2") is section
+    assert book_sphinx.find_section(doc, "Table 3") is None

@@ -61,13 +61,23 @@ def nb_role_targets(markdown: str) -> list[tuple[str, str]]:
     return [parse_nb_target(m)[1:] for m in NB_ROLE.findall(markdown)]
 
 
+STRAIGHT_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def _comparable(text: str) -> str:
+    """Lower-cased, single-spaced, with Sphinx's typographic quotes made straight again (its smartquotes turn the
+    apostrophe of "The paper's Table 2" into a curly one in the rendered title)."""
+    return " ".join(text.translate(STRAIGHT_QUOTES).lower().split())
+
+
 def find_section(doctree: Any, heading: str) -> Any:
-    """The first section whose title contains ``heading`` (case-insensitive), or None."""
+    """The first section whose title contains ``heading`` (case-insensitive, straight or curly quotes alike), or
+    None."""
     from docutils import nodes
 
-    want = " ".join(heading.lower().split())
+    want = _comparable(heading)
     for section in doctree.findall(nodes.section):
-        if want in " ".join(section[0].astext().lower().split()):
+        if want in _comparable(section[0].astext()):
             return section
     return None
 
