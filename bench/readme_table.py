@@ -194,7 +194,7 @@ def _steps_rows(folder: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
          "/ rollout / diagonal prior", " ; ".join(" / ".join(f"{v:.2f}" for v in rr) for rr in rhos), names),
         ("ranking of those four summaries by ρ, and the most agreeing cross heads, as the steps grow",
          ("ranking the same" if len(set(orders)) == 1 else "ranking changes: " + "; ".join(
-             " > ".join(LABELS[c] for c in order) + f" at {r['ig_steps']}" for order, (r, _) in zip(orders, reports)))
+             " > ".join(LABELS[c] for c in order) + f" at {r['ig_steps']}" for order, (r, _) in zip(orders, reports, strict=True)))
          + ", " + ("same heads" if all(h == heads[0] for h in heads) else
                    f"{len(set.intersection(*heads))} of {len(heads[0])} heads the same"), names),
     ]
