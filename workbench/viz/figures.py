@@ -286,7 +286,7 @@ def attention_heatmap(weights: Any, query_tokens: Sequence[str] | None = None,
     tick_font = {"size": 11 if cell >= 16 else 10}
     fig.update_xaxes(side="bottom", tickfont=tick_font)
     fig.update_yaxes(tickfont=tick_font)
-    return fig
+    return fit_title(fig)
 
 
 def head_grid(
@@ -446,7 +446,7 @@ def head_lines(
         margin={"l": 10, "r": 10, "t": 90, "b": 10},
         legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "itemclick": "toggle"},
     )
-    return fig
+    return fit_title(fig)
 
 
 def head_stat_figure(values: Any, row_labels: Sequence[str], title: str | None = None,
@@ -467,7 +467,7 @@ def head_stat_figure(values: Any, row_labels: Sequence[str], title: str | None =
     fig.update_layout(title=title, height=max(300, 32 * v.shape[0] + 140), width=max(420, 56 * v.shape[1] + 260))
     fig.update_xaxes(title_text="head", tickmode="array", tickvals=list(range(v.shape[1])))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(v.shape[0])), ticktext=rows)
-    return fig
+    return fit_title(fig)
 
 
 # -- positions and masks ------------------------------------------------------------------------------------------
@@ -488,7 +488,7 @@ def positional_heatmap(table: Any, title: str | None = "positional encoding") ->
     fig.update_layout(title=title, height=min(900, max(320, 6 * T + 140)), width=720)
     fig.update_xaxes(title_text="dimension i")
     fig.update_yaxes(title_text="position p", autorange="reversed")
-    return fig
+    return fit_title(fig)
 
 
 def distance_matrix_figure(dist: Any, annotate: bool | None = None,
@@ -518,7 +518,7 @@ def distance_matrix_figure(dist: Any, annotate: bool | None = None,
     axis = {"tickmode": "array", "tickvals": list(range(0, T, _tick_step(T, DEFAULT_MAX_TOKENS)))}
     fig.update_xaxes(side="top", **axis)  # read like a table: column numbers on top
     fig.update_yaxes(title_text="position", autorange="reversed", **axis)
-    return fig
+    return fit_title(fig)
 
 
 def mask_figure(mask: Any, query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None,
@@ -542,7 +542,7 @@ def mask_figure(mask: Any, query_tokens: Sequence[str] | None = None, key_tokens
         hovertemplate="%{customdata}<br>may attend: %{z}<extra></extra>",
         colorbar={"tickmode": "array", "tickvals": [0.25, 0.75], "ticktext": ["blocked", "may attend"],
                   "thickness": 14, "len": 0.4})
-    return fig
+    return fit_title(fig)
 
 
 def masks_side_by_side(masks: Mapping[str, Any], query_tokens: Sequence[str] | None = None,
@@ -583,7 +583,7 @@ def masks_side_by_side(masks: Mapping[str, Any], query_tokens: Sequence[str] | N
     fig.update_layout(title=title, width=label_q + 40 + len(names) * (cell * Tk + 40),
                       height=max(260, (70 if title else 50) + label_k + cell * Tq), autosize=False,
                       margin={"l": label_q, "r": 20, "t": 70 if title else 50, "b": label_k}, plot_bgcolor="white")
-    return fig
+    return fit_title(fig)
 
 
 # -- training and measurements ------------------------------------------------------------------------------------
@@ -631,7 +631,7 @@ def training_curves(history: Any, title: str | None = "training") -> go.Figure:
     fig.update_yaxes(title_text="loss", row=1, col=1)
     fig.update_xaxes(title_text="epoch", dtick=1 if max(len(train), len(val), len(bleu), len(lr)) <= 20 else None)
     fig.update_layout(title=title, height=400, width=980 if right else 620, legend={"orientation": "h", "y": -0.25})
-    return fig
+    return fit_title(fig)
 
 
 def loglog_figure(
@@ -678,7 +678,7 @@ def loglog_figure(
     fig.update_xaxes(type="log", title_text=xlabel)
     fig.update_yaxes(type="log", title_text=ylabel)
     fig.update_layout(title=title, height=420, width=700)
-    return fig
+    return fit_title(fig)
 
 
 def line_figure(
@@ -812,7 +812,7 @@ def rollout_heatmap(
     top = float(np.nanmax(r)) if r.size else 1.0
     fig = attention_heatmap(r, query_tokens, key_tokens, title=title, max_tokens=max_tokens, zmax=top if top > 0 else 1.0)
     fig.update_traces(hovertemplate="%{customdata}<br>share: %{z:.3f}<extra></extra>", colorbar_title_text="share")
-    return fig
+    return fit_title(fig)
 
 
 def row_shares(values: Any) -> np.ndarray:
@@ -877,7 +877,7 @@ def attention_vs_attribution(
     fig.update_xaxes(tickangle=-60, tickfont={"size": 10}, showgrid=False, **_token_axis(k, max_tick_labels))
     fig.update_yaxes(autorange="reversed", tickfont={"size": 10}, showgrid=False, **_token_axis(q, max_tick_labels))
     fig.update_annotations(font_size=11)
-    return fig
+    return fit_title(fig)
 
 
 def token_bars(tokens: Sequence[str], values: Any, title: str | None = None, ylabel: str = "Δ log p") -> go.Figure:
