@@ -63,6 +63,18 @@ class _Stepper:
         if self.cache is not None:
             self.cache.reorder(index)
 
+    def reorder_beams(self, index: Tensor) -> None:
+        """:meth:`reorder` for beam search, where ``index`` (B*K,) keeps every row inside its sentence's block of K
+        rows. Those rows hold copies of one sentence's memory, source mask and cross-attention keys/values, so only
+        what the beams do not share moves: the decoder self-attention caches (a recurrent model's whole state)."""
+        from workbench.model.transformer import DecoderCache
+
+        if isinstance(self.cache, DecoderCache):
+            for layer in self.cache.layers:
+                layer.self_attn.reorder(index)
+        elif self.cache is not None:
+            self.cache.reorder(index)
+
 
 @contextlib.contextmanager
 def _eval_mode(model: Seq2Seq) -> Iterator[None]:
@@ -199,17 +211,20 @@ def beam_search(
             logp = torch.log_softmax(step(seqs).float(), dim=-1)  # (B*K, V)
             Vt = logp.shape[-1]
             over = t + 1 >= limits
-            forced = torch.full_like(logp, float("-inf"))
-            forced[:, eos_id] = 0.0
-            logp = torch.where(over[:, None], forced, logp)  # budget spent: only eos
-            frozen = torch.full_like(logp, float("-inf"))
-            frozen[:, model.pad_id] = 0.0
-            logp = torch.where(done[:, None], frozen, logp)  # finished: extend with padding at no cost
+            if t == 0:  # one row each, (1, V): only eos, only padding
+                forced = torch.full_like(logp[:1], float("-inf"))
+                forced[:, eos_id] = 0.0
+                frozen = torch.full_like(logp[:1], float("-inf"))
+                frozen[:, model.pad_id] = 0.0
+            if bool(over.any()):
+                logp = torch.where(over[:, None], forced, logp)  # budget spent: only eos
+            if bool(done.any()):
+                logp = torch.where(done[:, None], frozen, logp)  # finished: extend with padding at no cost
             cand = (scores[:, None] + logp).view(B, K * Vt)  # (B, K*V)
             top, idx = cand.topk(K, dim=-1)  # (B, K)
             origin = (idx // Vt + torch.arange(B, device=device)[:, None] * K).view(-1)  # (B*K,) source beam rows
             token = (idx % Vt).view(-1)
-            step.reorder(origin)
+            step.reorder_beams(origin)  # each row's origin is a beam of its own sentence
             seqs = torch.cat([seqs.index_select(0, origin), token[:, None]], dim=1)
             was_done = done.index_select(0, origin)
             lengths = lengths.index_select(0, origin) + (~was_done).long()
@@ -290,8 +305,8 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
         store_len = torch.cat([store_len, torch.full_like(store_len, t + 1)], dim=1).gather(1, keep)
         # the K best continuations that do not end run on
         run_scores, pick = (top + ends.float() * _NEG).topk(K, dim=-1)  # (B, K)
-        rows = (base + origin.gather(1, pick)).view(-1)  # (B*K,)
-        step.reorder(rows)
+        rows = (base + origin.gather(1, pick)).view(-1)  # (B*K,) beams of the same sentence
+        step.reorder_beams(rows)
         seqs = torch.cat([seqs.index_select(0, rows), token.gather(1, pick).view(-1, 1)], dim=1)
         running = run_scores
         # can a running hypothesis still beat the worst finished one? (scores only fall; lp is largest at the limit)
