@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from workbench.bridges.huggingface import from_huggingface, to_huggingface
 from workbench.errors import (
     AttributionError,
+    BridgeError,
     CheckpointError,
     ChecksumError,
     ConfigError,
@@ -67,6 +69,8 @@ __all__ = [
     "load_model",
     "inspect_translation",
     "fit",
+    "from_huggingface",
+    "to_huggingface",
     "attention_rollout",
     "attention_flow",
     "ablate_heads",
@@ -74,6 +78,7 @@ __all__ = [
     "AttentionCache",
     "Attribution",
     "AttributionError",
+    "BridgeError",
     "CheckpointError",
     "ChecksumError",
     "ConfigError",
