@@ -262,14 +262,15 @@ class HeadInterventionInspector:
         self.mode = W.ToggleButtons(options=[("zero", "zero"), ("mean", "mean")], value="zero", description="ablation",
                                     tooltips=["replace the heads' outputs by 0", "replace them by their mean output"])
         self.mode.disabled = means is None and not self.validation
-        self.reset = W.Button(description="all heads on", icon="undo")
+        self.reset = W.Button(description="all heads on", icon="undo", layout=W.Layout(**TOGGLE_LAYOUT))
         self.toggles: dict[tuple[str, int, int], W.ToggleButton] = {}
         self.layer_buttons: dict[tuple[str, int], W.Button] = {}
         grids = [self._toggle_grid(kind) for kind in self.KINDS]
         self.result = W.HTML()
         self.kind = W.Dropdown(options=list(KIND_LABELS.items()), value="cross", description="attention")
         self.layer = W.IntSlider(value=0, min=0, max=self.n_layers["cross"] - 1, description="layer", continuous_update=False)
-        self.bleu_button = W.Button(description=f"BLEU on {len(self.validation)} val sentences", disabled=not self.validation)
+        self.bleu_button = W.Button(description=f"BLEU on {len(self.validation)} val sentences", disabled=not self.validation,
+                                    layout=W.Layout(**TOGGLE_LAYOUT))
         self.bleu_result = W.HTML()
         self.status = W.HTML()
         self.figure_box = W.VBox()
