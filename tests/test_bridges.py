@@ -405,3 +405,35 @@ def test_new_model_config_fields_are_validated_and_default_to_the_paper():
         paper, halves = sinusoidal_table(20, d), sinusoidal_table(20, d, layout="halves")
         assert torch.equal(halves, torch.cat([paper[:, 0::2], paper[:, 1::2]], dim=1))
         assert not torch.equal(halves, paper)
+
+
+def test_the_inspectors_open_a_converted_marian_model():
+    """Capture, head ablation, rollout and attribution run on an imported Marian model and change what they should."""
+    import workbench as wb
+    from workbench.bridges.huggingface import from_huggingface
+    from workbench.inspect.attribution import attribute
+    from workbench.inspect.flow import attention_rollout
+    from workbench.inspect.intervene import ablate_heads
+
+    hf = marian("opus-mt-like")
+    model, _ = from_huggingface(hf)
+    src = batch(5)[:1, :6]
+    tgt = torch.tensor([[PAD, 3, 7, 11]])
+    with torch.no_grad():
+        plain = model(src, tgt)
+        with wb.capture_attention(model) as cache:
+            captured = model(src, tgt)
+        with ablate_heads(model, [("cross", 1, None)]):
+            ablated = model(src, tgt)
+    assert torch.equal(plain, captured) and wb.hooks_remaining(model) == 0
+    assert cache["cross", 1].shape == (1, 4, 4, 6)
+    # the converted cross-attention weights are transformers' own
+    hf.set_attn_implementation("eager")  # transformers returns attention weights from its eager path only
+    with torch.no_grad():
+        theirs = hf(input_ids=src, decoder_input_ids=tgt, output_attentions=True).cross_attentions[1]
+    assert float((theirs - cache["cross", 1]).abs().max()) < 1e-5
+    assert float((ablated - plain).abs().max()) > 1e-3  # switching a layer's heads off changes the output
+    rollout = attention_rollout([cache["enc_self", l][0] for l in range(2)])
+    assert torch.allclose(rollout.sum(-1), torch.ones(6, dtype=rollout.dtype))
+    att = attribute(model, src[0], tgt[0], targets=[3, 7, 11, EOS], method="saliency")
+    assert att.scores.shape[-1] == 6 and bool(torch.isfinite(torch.as_tensor(att.scores)).all())
