@@ -433,7 +433,7 @@ def test_the_inspectors_open_a_converted_marian_model():
         theirs = hf(input_ids=src, decoder_input_ids=tgt, output_attentions=True).cross_attentions[1]
     assert float((theirs - cache["cross", 1]).abs().max()) < 1e-5
     assert float((ablated - plain).abs().max()) > 1e-3  # switching a layer's heads off changes the output
-    rollout = attention_rollout([cache["enc_self", l][0] for l in range(2)])
+    rollout = attention_rollout([cache["enc_self", layer][0] for layer in range(2)])
     assert torch.allclose(rollout.sum(-1), torch.ones(6, dtype=rollout.dtype))
     att = attribute(model, src[0], tgt[0], targets=[3, 7, 11, EOS], method="saliency")
     assert att.scores.shape[-1] == 6 and bool(torch.isfinite(torch.as_tensor(att.scores)).all())
