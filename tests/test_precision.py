@@ -298,3 +298,21 @@ def test_matmul_peaks_alternate_the_formats():
     assert set(peaks) == {torch.float32, torch.bfloat16} and all(v > 0 for v in peaks.values())
     f, b = torch.float32, torch.bfloat16
     assert calls == [f, b] + [f, b, b, f, f, b, b, f]  # warm-ups, then four rounds alternating which goes first
+
+
+def test_table_says_when_the_machine_was_busy_and_shows_the_precision_race():
+    from workbench.tools.benchmark import format_table
+
+    base = {"device": "cpu", "machine": "x86_64", "cpu_model": "Some CPU", "threads": 1, "torch": "2", "commit": None,
+            "cpu_count": 2, "matmul_peak_tflops": {"fp32": 0.09, "bf16": 0.19}, "bf16_units": "avx512_bf16"}
+    row = {"preset": "small", "step_s": {"fp32": 2.0, "bf16": 1.0}, "bf16_speedup": 2.0,
+           "mfu": {"fp32": 0.05, "bf16": 0.04}}
+    precision = {"train_step": [row], "beam4": {"preset": "small", "sent_per_s": {"fp32": 1.0, "bf16": 1.5},
+                                                 "bf16_speedup": 1.5},
+                 "auto": {"precision": "bf16", "reason": "auto: bf16, measured"}}
+    busy = format_table({**base, "load_average_start": [10.0, 9.0, 8.0], "precision": precision})
+    assert "a busy machine: load average 10.0 on 2 CPUs" in busy
+    assert "fp32 90 GFLOP/s, bf16 190 GFLOP/s" in busy and "speed-up 2.00x" in busy and "speed-up 1.50x" in busy
+    assert "--precision auto: bf16 (auto: bf16, measured)" in busy
+    idle = format_table({**base, "load_average_start": [0.5, 0.5, 0.5], "precision": {"skipped": "no bf16 units"}})
+    assert "busy" not in idle and "bf16 vs fp32: skipped (no bf16 units)" in idle

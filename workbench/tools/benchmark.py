@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -70,6 +71,7 @@ def run(suites: list[str] | None = None, quick: bool = False, device: str = "aut
         "suites": names,
         "peak_tflops": None if peak_flops(dev) is None else peak_flops(dev) / 1e12,
         "bf16_units": cpu_bf16_units() if dev.type == "cpu" else None,
+        "load_average_start": _load_average(),  # a shared machine says so: runnable processes, 1/5/15 minutes
     }
     if any(n in ("train_step", "precision") for n in names):  # measured at the start, before the suites
         report["matmul_peak_tflops"] = {p: None if v is None else v / 1e12 for p, v in measured_peaks(dev).items()}
@@ -78,8 +80,16 @@ def run(suites: list[str] | None = None, quick: bool = False, device: str = "aut
         log.info("benchmark suite %s ...", name)
         report[name] = RUNNERS[name](dev, quick)
         report[name]["suite_seconds"] = round(time.perf_counter() - t0, 1)
+    report["load_average_end"] = _load_average()
     report["finished_utc"] = utc_now()
     return report
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):  # not on this platform
+        return None
 
 
 # -- printing ------------------------------------------------------------------------------------------------------
@@ -114,6 +124,10 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"{report['device']} ({report.get('cpu_model') or report['machine']}, {report['threads']} threads), "
              f"torch {report['torch']}, commit {commit[:10] if commit else 'unknown'}"
              f"{' (uncommitted changes)' if report.get('dirty') else ''}"]
+    if report.get("load_average_start") and report.get("cpu_count"):
+        load = report["load_average_start"][0]
+        if load > report["cpu_count"]:
+            lines.append(f"a busy machine: load average {load:.1f} on {report['cpu_count']} CPUs at the start")
     if report.get("matmul_peak_tflops"):
         peaks = report["matmul_peak_tflops"]
         lines.append("measured matrix-product peaks: " + ", ".join(
