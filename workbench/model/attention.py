@@ -89,8 +89,9 @@ def scaled_dot_product_attention(
         return attn @ v, weights  # (B, H, Tq, d_v)
 
     if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled() and q.requires_grad:
-        # CPU bf16 training: this torch's bf16 flash-attention backward on the CPU took 8x the fp32 one's time (the
-        # `small` step, torch 2.13), so the attention itself runs in fp32 there, the products around it in bf16
+        # CPU bf16 training: this torch's bf16 flash-attention backward on the CPU was several times slower than the
+        # fp32 one in a profile of the `small` step (torch 2.13, AVX-512 bf16), so the attention itself runs in fp32
+        # there, the products around it in bf16
         with torch.autocast("cpu", enabled=False):
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p,
                                                  is_causal=is_causal).to(q.dtype)
