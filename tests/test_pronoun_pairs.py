@@ -25,6 +25,25 @@ def test_candidate_swaps():
     assert candidate_swaps("Zwei Hunde spielen im Schnee.") == []
 
 
+def test_number_swaps():
+    verbs = frozenset({"rennen", "lächeln", "arbeiten", "klettern"})
+    number = [(a, b) for k, a, b in candidate_swaps("Ein kleiner Hund rennt durch das Gras.", verbs) if k == "number"]
+    assert number == [("Ein kleiner Hund rennt durch das Gras.", "Zwei kleine Hunde rennen durch das Gras.")]
+    # definite articles, weak adjective endings, a verb joined by "und", a strong verb from the table
+    assert ("number", "Die junge Frau sitzt und lächelt.", "Die jungen Frauen sitzen und lächeln.") in \
+        candidate_swaps("Die junge Frau sitzt und lächelt.", verbs)
+    assert ("number", "Der Mann arbeitet.", "Die Männer arbeiten.") in candidate_swaps("Der Mann arbeitet.", verbs)
+    assert ("number", "Das kleine Mädchen klettert.", "Die kleinen Mädchen klettern.") in \
+        candidate_swaps("Das kleine Mädchen klettert.", verbs)
+    # a regular verb whose plural is not among the known words: no pair (strong verbs need no corpus)
+    assert not [k for k, _, _ in candidate_swaps("Ein Hund rennt.") if k == "number"]
+    assert ("number", "Ein Mann liest.", "Zwei Männer lesen.") in candidate_swaps("Ein Mann liest.")
+    # "und" + a verb that cannot be made plural, a comma, a pronoun, an article that does not fit: no number pair
+    for sentence in ("Ein Hund rennt und bellt.", "Ein Hund rennt, weil es regnet.", "Ein Mann liest sein Buch.",
+                     "Eine Mann rennt.", "Eine Gruppe rennt."):
+        assert "number" not in [k for k, _, _ in candidate_swaps(sentence, verbs)], sentence
+
+
 @pytest.fixture(scope="module")
 def shipped():
     import workbench as wb
@@ -41,12 +60,19 @@ def test_kept_pairs_are_minimal_and_translated_both_ways(shipped, multi30k_dir):
     pairs = build_pronoun_pairs(model, tok, sentences)
     assert len(pairs) >= 3
     kinds = {p.kind for p in pairs}
-    assert kinds == {"possessive", "subject"}
+    assert kinds == {"possessive", "subject", "number"}
     for p in pairs:
         assert len(p.clean_src) == len(p.corrupt_src) and len(p.tgt) == len(p.corrupt_tgt) == p.pos + 1
         assert p.edit and all(p.clean_src[i] != p.corrupt_src[i] for i in p.edit)
-        assert tok.id_to_token(p.good).lstrip("▁").lower() in ("his", "he")
-        assert tok.id_to_token(p.bad).lstrip("▁").lower() in ("her", "she")
+        good, bad = (tok.id_to_token(i).lstrip("▁").lower() for i in (p.good, p.bad))
+        if p.kind == "number":
+            assert (good, bad) in {("is", "are"), ("was", "were"), ("has", "have"), ("his", "their"),
+                                   ("he", "they"), ("her", "their"), ("she", "they"), ("its", "their"),
+                                   ("him", "them")}, (good, bad)
+            assert p.clean_text.split()[0] in ("Ein", "Eine", "Der", "Die", "Das")
+            assert p.corrupt_text.split()[0] in ("Zwei", "Die") and p.tgt != p.corrupt_tgt
+        else:
+            assert good in ("his", "he") and bad in ("her", "she")
         if p.kind == "possessive":
             assert p.tgt == p.corrupt_tgt and len(p.edit) == 1
         with torch.no_grad():
@@ -57,6 +83,12 @@ def test_kept_pairs_are_minimal_and_translated_both_ways(shipped, multi30k_dir):
         assert corrupt.argmax(-1).tolist() == [*p.corrupt_tgt[1:], p.bad]
     with pytest.raises(DataError, match="unknown pair kind"):
         build_pronoun_pairs(model, tok, sentences[:3], kinds=("plural",))
+    with pytest.raises(DataError, match="unknown pair kind"):
+        build_pronoun_pairs(model, tok, sentences[:3], limit_per_kind={"plural": 2})
+    # a quota per kind, met in rounds: the first two number pairs, every pair of the other kinds
+    few = build_pronoun_pairs(model, tok, sentences, limit_per_kind={"number": 2}, round_size=50)
+    assert [p for p in few if p.kind == "number"] == [p for p in pairs if p.kind == "number"][:2]
+    assert [p for p in few if p.kind != "number"] == [p for p in pairs if p.kind != "number"]
 
 
 def test_bootstrap_ci():

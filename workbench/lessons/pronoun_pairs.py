@@ -1,11 +1,15 @@
 """Minimal pairs for "what carries the pronoun": German sentences that differ in their gendered words.
 
-Two kinds of pair, both made from real Multi30k sentences:
+Three kinds of pair, all made from real Multi30k sentences:
 
 * ``"possessive"``: one possessive swapped (``seinem`` <-> ``ihrem``, every ending), the rest untouched;
 * ``"subject"``: the person swapped (``Ein Mann`` <-> ``Eine Frau``, articles and one adjective's ending
   following: ``Ein junger Mann`` <-> ``Eine junge Frau``, ``einem Mann`` <-> ``einer Frau`` ...) together with
-  every possessive and ``er`` -> ``sie``, in sentences that mention one man or one woman and nobody else gendered.
+  every possessive and ``er`` -> ``sie``, in sentences that mention one man or one woman and nobody else gendered;
+* ``"number"``: a sentence-initial singular subject made plural with its verb (``Ein kleiner Hund rennt`` <->
+  ``Zwei kleine Hunde rennen``, ``Die Frau sitzt`` <-> ``Die Frauen sitzen``, a verb joined by ``und`` too), in
+  sentences without a comma or a third-person pronoun. A plural verb is used only when it occurs as a word in the
+  sentences searched (``rennt`` -> ``rennen``; strong verbs from a table: ``liest`` -> ``lesen``).
 
 A pair is kept only when the two sources have the same number of subword tokens and the translator renders the
 swap: its two greedy translations agree up to the first pronoun except in swapped words (man/woman, boy/girl;
@@ -13,6 +17,9 @@ none for possessive pairs), and that pronoun is the masculine one (his, he) on o
 she) on the other. What follows the pronoun is not compared: the metric never reads it. The *clean* side is always the masculine one, so
 every pair's metric is ``logit(his) - logit(her)`` (or he/she) at the first pronoun, read with each side's decoder
 fed its own translation prefix (the same prefix for possessive pairs, "A man" / "A woman" for subject pairs).
+Number pairs follow the same rule with singular and plural in place of masculine and feminine: the prefixes may
+differ in swapped words (A/Two, man/men, dog/dogs), the contrast is the first number-marked word (is/are, was/were,
+has/have, his/their, he/they ...), and the clean side is the singular one.
 
 :func:`bootstrap_ci` gives percentile bootstrap intervals over pairs, for the lesson's averaged results.
 """
@@ -20,7 +27,7 @@ fed its own translation prefix (the same prefix for possessive pairs, "A man" / 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +65,41 @@ TARGET_SWAPS = {("man", "woman"), ("boy", "girl"), ("his", "her"), ("he", "she")
                 ("father", "mother"), ("son", "daughter"), ("brother", "sister"), ("waiter", "waitress"),
                 ("boyfriend", "girlfriend"), ("friend", "girlfriend")}
 PRONOUN_SWAPS = {("his", "her"), ("he", "she")}
-KINDS = ("possessive", "subject")
+# singular/plural: German nouns (singular -> plural, gender), the English words the prefixes may swap, the contrast
+NUMBER_NOUNS = {
+    "Mann": ("Männer", "m"), "Frau": ("Frauen", "f"), "Junge": ("Jungen", "m"), "Mädchen": ("Mädchen", "n"),
+    "Kind": ("Kinder", "n"), "Hund": ("Hunde", "m"), "Person": ("Personen", "f"), "Herr": ("Herren", "m"),
+    "Dame": ("Damen", "f"), "Katze": ("Katzen", "f"), "Pferd": ("Pferde", "n"), "Vogel": ("Vögel", "m"),
+    "Baby": ("Babys", "n"), "Typ": ("Typen", "m"), "Polizist": ("Polizisten", "m"), "Tourist": ("Touristen", "m"),
+    "Koch": ("Köche", "m"), "Mensch": ("Menschen", "m"), "Sportler": ("Sportler", "m"),
+    **{n: (n, "m") for n in ("Arbeiter", "Bauarbeiter", "Spieler", "Radfahrer", "Fahrer", "Musiker", "Künstler",
+                             "Tänzer", "Sänger", "Läufer", "Schwimmer", "Kellner", "Lehrer", "Schüler", "Surfer",
+                             "Reiter", "Skateboarder", "Snowboarder", "Fußballspieler", "Tennisspieler",
+                             "Basketballspieler", "Motorradfahrer", "Bergsteiger", "Kletterer", "Verkäufer")},
+}
+# strong and irregular verbs: third person singular -> plural (the rest: stem + en / n, checked against the corpus)
+STRONG_VERBS = {"ist": "sind", "hat": "haben", "liest": "lesen", "isst": "essen", "sieht": "sehen", "gibt": "geben",
+                "nimmt": "nehmen", "spricht": "sprechen", "wirft": "werfen", "hilft": "helfen", "tritt": "treten",
+                "fährt": "fahren", "läuft": "laufen", "trägt": "tragen", "hält": "halten", "schläft": "schlafen",
+                "fällt": "fallen", "lässt": "lassen", "wäscht": "waschen", "fängt": "fangen", "schlägt": "schlagen",
+                "bläst": "blasen", "gräbt": "graben", "wächst": "wachsen", "tut": "tun", "weiß": "wissen",
+                "steht": "stehen", "geht": "gehen", "sitzt": "sitzen", "trifft": "treffen", "bricht": "brechen",
+                "stößt": "stoßen", "brät": "braten", "lädt": "laden", "schiebt": "schieben", "zieht": "ziehen"}
+# uninflected words ending in -t that are not verbs
+NOT_VERBS = frozenset({"rot", "bunt", "alt", "weit", "leicht", "nackt", "hart", "kalt", "breit", "gestreift",
+                       "bemalt", "gut", "jetzt", "nicht", "fast", "mit", "bekleidet", "gekleidet", "verkleidet",
+                       "zuerst", "selbst", "seit", "bereit", "geöffnet", "geschminkt", "gepunktet", "kariert"})
+NUMBER_TARGET_SWAPS = {("a", "two"), ("an", "two"), ("one", "two"), ("man", "men"), ("woman", "women"),
+                       ("child", "children"), ("person", "people"), ("gentleman", "gentlemen"), ("lady", "ladies"),
+                       ("policeman", "policemen"), ("baby", "babies"), ("is", "are"), ("was", "were"),
+                       ("has", "have"), *((w, w + "s") for w in (
+                           "boy", "girl", "kid", "dog", "worker", "player", "cyclist", "biker", "rider", "driver",
+                           "musician", "artist", "dancer", "singer", "runner", "swimmer", "officer", "cat", "horse",
+                           "bird", "student", "tourist", "skateboarder", "snowboarder", "surfer", "guy", "waiter",
+                           "cook", "chef", "teacher", "athlete", "climber", "vendor", "puppy", "male", "female"))}
+NUMBER_CONTRASTS = {("is", "are"), ("was", "were"), ("has", "have"), ("his", "their"), ("he", "they"),
+                    ("her", "their"), ("she", "they"), ("its", "their"), ("him", "them")}
+KINDS = ("possessive", "subject", "number")
 _WORD = re.compile(r"\w+|[^\w\s]+")
 GENDERED = re.compile(r"\b(" + "|".join(sorted(NOUNS, key=len, reverse=True)) + r"|Männer|Frauen|Herrn|sie|Sie|er|Er)\b")
 
@@ -72,7 +113,7 @@ class PronounPair:
     ``good`` / ``bad`` the pronoun ids; ``edit`` the source positions that differ.
     """
 
-    kind: str  # "possessive" or "subject"
+    kind: str  # "possessive", "subject" or "number"
     split: str  # the Multi30k split the sentence comes from
     clean_text: str
     corrupt_text: str
@@ -135,11 +176,62 @@ def _swap_subject(sentence: str) -> tuple[str, str] | None:
     return None
 
 
-def candidate_swaps(sentence: str) -> list[tuple[str, str, str]]:
-    """Every pair made from ``sentence``: (kind, masculine version, feminine version).
+_NUMBER_SUBJECT = re.compile(r"^(Ein|Eine|Der|Die|Das)\s+((?:\w+?(?:er|es|e)\s+){0,2})(\w+)\b")
+_BLOCKS_NUMBER = re.compile(r",|\b(er|Er|sie|Sie|sein\w*|ihr\w*|Ihr\w*|es|Es)\b")
+
+
+def _plural_verb(word: str, verbs: frozenset[str] | None) -> str | None:
+    """The plural of a third-person singular verb form, or None when it is not one (or not known)."""
+    if word in STRONG_VERBS:
+        return STRONG_VERBS[word]
+    if not word.endswith("t") or word in NOT_VERBS or not word.islower() or verbs is None:
+        return None
+    for plural in (word[:-1] + "en", word[:-1] + "n", word[:-2] + "en"):
+        if plural in verbs:
+            return plural
+    return None
+
+
+def _swap_number(sentence: str, verbs: frozenset[str] | None) -> tuple[str, str] | None:
+    """(singular, plural) versions of a sentence that opens with one person or animal and its verb, or None."""
+    m = _NUMBER_SUBJECT.match(sentence)
+    if m is None or _BLOCKS_NUMBER.search(sentence):
+        return None
+    art, adjectives, noun = m.group(1), m.group(2).split(), m.group(3)
+    if noun not in NUMBER_NOUNS:
+        return None
+    plural_noun, gender = NUMBER_NOUNS[noun]
+    if art.lower() not in {"m": ("ein", "der"), "f": ("eine", "die"), "n": ("ein", "das")}[gender]:
+        return None  # the article does not agree with the noun (or the noun is not the subject)
+    definite = art in ("Der", "Die", "Das")
+    stems = [re.sub(r"(er|es|e)$", "", a) for a in adjectives]
+    phrase = " ".join(["Die" if definite else "Zwei", *(st + ("en" if definite else "e") for st in stems),
+                       plural_noun])
+    rest = sentence[m.end():]
+    words = list(re.finditer(r"\w+", rest))
+    verb_at = next((j for j, w in enumerate(words) if _plural_verb(w.group(), verbs) is not None), None)
+    if verb_at is None:
+        return None
+    out, last = [], 0
+    for j, w in enumerate(words):
+        if j == verb_at or (j > verb_at and words[j - 1].group() == "und"):
+            plural = _plural_verb(w.group(), verbs)
+            if plural is not None:
+                out += [rest[last:w.start()], plural]
+                last = w.end()
+            elif w.group().endswith("t") and w.group().islower() and w.group() not in NOT_VERBS:
+                return None  # "und" + a verb whose plural is not known: the plural side would be wrong
+    out.append(rest[last:])
+    return sentence, phrase + "".join(out)
+
+
+def candidate_swaps(sentence: str, verbs: frozenset[str] | None = None) -> list[tuple[str, str, str]]:
+    """Every pair made from ``sentence``: (kind, masculine or singular version, feminine or plural version).
 
     ``"possessive"``: one pair per possessive, that word alone swapped (a feminine original gives the pair whose
     masculine side is the edited sentence). ``"subject"``: at most one pair, see the module's description.
+    ``"number"``: at most one pair; ``verbs`` is the set of words a regular plural verb must be found in (without
+    it only the verbs of ``STRONG_VERBS`` are made plural).
     """
     out = []
     for m in _WORD.finditer(sentence):
@@ -153,6 +245,9 @@ def candidate_swaps(sentence: str) -> list[tuple[str, str, str]]:
     subject = _swap_subject(sentence)
     if subject is not None and subject[0] != subject[1]:
         out.append(("subject", *subject))
+    number = _swap_number(sentence, verbs)
+    if number is not None:
+        out.append(("number", *number))
     return out
 
 
@@ -177,77 +272,115 @@ def _greedy(model: nn.Module, tokenizer, sources: list[list[int]], max_extra: in
 
 def build_pronoun_pairs(model: nn.Module, tokenizer, sentences: Sequence[tuple[str, str]],
                         kinds: Sequence[str] = KINDS, limit: int | None = None,
-                        max_extra: int = 20) -> list[PronounPair]:
+                        max_extra: int = 20, limit_per_kind: Mapping[str, int] | None = None,
+                        round_size: int = 512) -> list[PronounPair]:
     """Minimal pairs the model translates correctly both ways, from ``(split, German sentence)`` items.
+
+    Candidates are checked in rounds of ``round_size``, in the order of ``sentences``, until every kind has its
+    quota (or the sentences run out): a small quota costs only the rounds it needs.
 
     Args:
         sentences: where to look, e.g. the val and test sources tagged with their split.
-        kinds: which pairs to make (``"possessive"``, ``"subject"``).
-        limit: stop after this many pairs (None: all).
+        kinds: which pairs to make (``"possessive"``, ``"subject"``, ``"number"``).
+        limit: stop after this many pairs in all (None: all).
         max_extra: greedy output budget beyond the source length.
+        limit_per_kind: at most this many pairs of a kind (a kind not named: no limit of its own).
+        round_size: candidates decoded per round.
 
     Returns:
-        The kept pairs, in the order of ``sentences``; no two share a masculine source.
+        The kept pairs, in the order of ``sentences``; no two of a kind share a clean source.
     """
-    for kind in kinds:
+    for kind in [*kinds, *(limit_per_kind or {})]:
         if kind not in KINDS:
             raise DataError(f"unknown pair kind {kind!r}: choose from {KINDS}")
-    swaps = {(a, b) for m, f in TARGET_SWAPS for a in _target_ids(tokenizer, m) for b in _target_ids(tokenizer, f)}
-    pronouns = {(a, b) for m, f in PRONOUN_SWAPS for a in _target_ids(tokenizer, m) for b in _target_ids(tokenizer, f)}
-    if not pronouns:
-        raise DataError("the target vocabulary has no single token for his/her or he/she: pronoun pairs need them")
+    if round_size < 1:
+        raise DataError(f"round_size={round_size!r} must be at least 1, e.g. 512")
+    tables = {kind: _kind_tables(tokenizer, kind) for kind in kinds}
+    for kind, (_, contrasts) in tables.items():
+        if not contrasts:
+            raise DataError(f"the target vocabulary has no single token for the contrasts of {kind!r} pairs "
+                            "(his/her, he/she; is/are ...): these pairs need them")
+    # a regular plural verb is accepted only when it occurs as a word in the sentences searched
+    verbs = frozenset(w for _, sentence in sentences for w in re.findall(r"\w+", sentence) if w.islower())
+    quota = {kind: (limit_per_kind or {}).get(kind) for kind in kinds}
     cands, seen = [], set()
     for split, sentence in sentences:
-        for kind, masc, fem in candidate_swaps(sentence):
-            if kind not in kinds or (masc, fem) in seen:
+        for kind, masc, fem in candidate_swaps(sentence, verbs):
+            if kind not in kinds or (kind, masc, fem) in seen:
                 continue
-            seen.add((masc, fem))
+            seen.add((kind, masc, fem))
             a, b = tokenizer.encode_src([masc, fem])
             if len(a) == len(b) and a != b:
                 cands.append((split, kind, masc, fem, a, b))
+    model.eval()
+    pairs: list[PronounPair] = []
+    count = dict.fromkeys(kinds, 0)
+    for start in range(0, len(cands), round_size):
+        todo = [c for c in cands[start:start + round_size] if quota[c[1]] is None or count[c[1]] < quota[c[1]]]
+        for p in _check(model, tokenizer, todo, tables, max_extra):  # in the order of ``sentences``
+            if quota[p.kind] is None or count[p.kind] < quota[p.kind]:
+                pairs.append(p)
+                count[p.kind] += 1
+        if limit is not None and len(pairs) >= limit:
+            break
+        if all(q is not None and count[k] >= q for k, q in quota.items()):
+            break
+    return pairs[:limit] if limit is not None else pairs
+
+
+def _kind_tables(tokenizer, kind: str) -> tuple[dict[int, int], dict[int, set[int]]]:
+    """(prefix swaps: clean token -> corrupted token, contrasts: clean token -> corrupted tokens) of one kind."""
+    prefix_words = {"possessive": set(), "subject": TARGET_SWAPS, "number": NUMBER_TARGET_SWAPS}[kind]
+    contrast_words = NUMBER_CONTRASTS if kind == "number" else PRONOUN_SWAPS
+    swaps = {(a, b) for m, f in prefix_words for a in _target_ids(tokenizer, m) for b in _target_ids(tokenizer, f)}
+    prefix = dict(sorted(swaps, reverse=True))  # one counterpart per clean token
+    contrasts: dict[int, set[int]] = {}
+    for m, f in contrast_words:
+        for x in _target_ids(tokenizer, m):
+            contrasts.setdefault(x, set()).update(_target_ids(tokenizer, f))
+    return prefix, {x: ys for x, ys in contrasts.items() if ys}
+
+
+def _check(model: nn.Module, tokenizer, cands: list, tables: dict, max_extra: int) -> list[PronounPair]:
+    """The candidates the model translates correctly both ways, in their order."""
     if not cands:
         return []
-    order_of = {(c[2], c[3]): j for j, c in enumerate(cands)}
-    model.eval()
-    # the masculine side is translated greedily; it must contain his or he
+    # the clean side is translated greedily; it must contain a contrast word (his or he; is, are ...)
     order = sorted(range(len(cands)), key=lambda j: len(cands[j][4]))  # batches of similar length: less padding
     decoded = _greedy(model, tokenizer, [cands[j][4] for j in order], max_extra)
-    masc_out: list[list[int]] = [[] for _ in cands]
+    clean_out: list[list[int]] = [[] for _ in cands]
     for j, out in zip(order, decoded, strict=True):
-        masc_out[j] = out
-    masc_to_fem = dict(sorted(swaps, reverse=True))  # one feminine counterpart per masculine token
-    fem_pronouns: dict[int, set[int]] = {}
-    for x, y in pronouns:
-        fem_pronouns.setdefault(x, set()).add(y)
+        clean_out[j] = out
     todo = []
     for i, (_, kind, _, _, _, _) in enumerate(cands):
-        oa = masc_out[i]
-        k = next((t for t, x in enumerate(oa) if x in fem_pronouns), None)
+        prefix_swaps, contrasts = tables[kind]
+        oa = clean_out[i]
+        k = next((t for t, x in enumerate(oa) if x in contrasts), None)
         if k is not None:
-            prefix = oa[:k] if kind == "possessive" else [masc_to_fem.get(x, x) for x in oa[:k]]
-            todo.append((i, k, prefix))
-    # the feminine side must translate, token by token, into the same prefix with the swappable words swapped and
-    # then her or she: checked under teacher forcing, which is what greedy decoding does while the argmaxes agree
+            todo.append((i, k, [prefix_swaps.get(x, x) for x in oa[:k]]))
+    # the corrupted side must translate, token by token, into the same prefix with the swappable words swapped and
+    # then the contrast word: checked under teacher forcing, which is what greedy decoding does while the argmaxes agree
     pairs: list[PronounPair] = []
+    device = next(model.parameters()).device
     for start in range(0, len(todo), 64):
         chunk = todo[start:start + 64]
         src = _pad([cands[i][5] for i, _, _ in chunk], model.pad_id)
         tgt = _pad([[tokenizer.bos_id, *prefix] for _, _, prefix in chunk], model.pad_id)
-        device = next(model.parameters()).device
         with torch.no_grad():
             argmax = model(src.to(device), tgt.to(device)).argmax(-1).cpu()  # (N, T)
         for row, (i, k, prefix) in enumerate(chunk):
             split, kind, masc, fem, a, b = cands[i]
-            oa = masc_out[i]
-            if argmax[row, :k].tolist() != prefix or int(argmax[row, k]) not in fem_pronouns[oa[k]]:
+            oa = clean_out[i]
+            if argmax[row, :k].tolist() != prefix or int(argmax[row, k]) not in tables[kind][1][oa[k]]:
                 continue
             pairs.append(PronounPair(
                 kind=kind, split=split, clean_text=masc, corrupt_text=fem, clean_src=tuple(a), corrupt_src=tuple(b),
                 tgt=(tokenizer.bos_id, *oa[:k]), corrupt_tgt=(tokenizer.bos_id, *prefix), pos=k, good=oa[k],
                 bad=int(argmax[row, k]), edit=tuple(t for t, (x, y) in enumerate(zip(a, b, strict=True)) if x != y),
                 translation=tokenizer.decode_tgt([oa])[0]))
-    pairs = sorted(pairs, key=lambda p: order_of[(p.clean_text, p.corrupt_text)])
-    return pairs[:limit] if limit is not None else pairs
+    rank = {i: r for r, i in enumerate(i for i, _, _ in todo)}
+    index = {(c[1], c[2], c[3]): j for j, c in enumerate(cands)}
+    return sorted(pairs, key=lambda p: rank[index[(p.kind, p.clean_text, p.corrupt_text)]])
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
