@@ -103,6 +103,12 @@ def test_gaussian_noise_is_causal_tracing(setup):
         assert torch.allclose(model(clean, tgt), both.clean.logits, atol=1e-6)
     with pytest.raises(PatchingError, match="outside the 7 source tokens"):
         GaussianNoise(positions=(9,)).noise(model, 7)
+    # decoder-only sites share one encoder run across the batch: it must be the noised one
+    mem = sweep_positions(model, clean, noise, tgt, metric, family="memory", batch_size=4)
+    with noise.applied(model, 7), patch(model, both.clean, [Site(s, pos=2) for s in ("dec.2.cross.k", "dec.2.cross.v")]):
+        single = _score(model, clean, tgt, metric, mem.clean_metric, mem.corrupted_metric)
+    assert mem.values[2, 2].item() == pytest.approx(single, abs=1e-4)
+    assert mem.values[2, 2].item() != pytest.approx(0.0, abs=1e-3)
 
 
 def test_path_patching_matches_a_two_step_computation(setup):

@@ -231,6 +231,10 @@ def _run_rows(pair: PreparedPair, direction: str, n_rows: int, plans: dict[str, 
     """Run ``n_rows`` patched variants of the base run, ``batch_size`` at a time; return the metric per row.
 
     ``plans``: site -> (source (1 or n_rows, ...), mask (n_rows, ...) or None).
+
+    Two shortcuts, both exact rewrites of ``model(src, tgt)`` (the same modules, so every hook still fires): when
+    no site is in the encoder, the encoder runs once and its memory is shared by every row; and a
+    :class:`LogitDiff` reads one target row, so only that row is projected onto the vocabulary.
     """
     if direction not in DIRECTIONS:
         raise PatchingError(f"unknown direction {direction!r}: choose from {DIRECTIONS}")
@@ -238,21 +242,46 @@ def _run_rows(pair: PreparedPair, direction: str, n_rows: int, plans: dict[str, 
     base_src = pair.corrupt_src if base_corrupted else pair.clean_src
     base_tgt = pair.corrupt_tgt if base_corrupted else pair.tgt
     model = pair.model
+    halves = all(hasattr(model, f) for f in ("src_mask", "encode", "decode_hidden", "generator"))
     was_training = model.training
     model.eval()
     out = []
     try:
+        shared = None  # (memory (1, S, D), src_mask (1, 1, 1, S)) when the encoder is not patched
+        if halves and not any(name.startswith("enc.") for name in plans):
+            src_mask = model.src_mask(base_src)
+            with pair.context(corrupted=base_corrupted):
+                shared = (model.encode(base_src, src_mask), src_mask)
         for start in range(0, n_rows, batch_size):
             stop = min(n_rows, start + batch_size)
             chunk = {name: (src if src.shape[0] == 1 else src[start:stop], None if mask is None else mask[start:stop])
                      for name, (src, mask) in plans.items()}
             n = stop - start
             with pair.context(corrupted=base_corrupted), patch_plans(model, chunk):
-                logits = model(base_src.expand(n, -1), base_tgt.expand(n, -1))  # (n, T, V)
-            out.append(pair.metric(logits))
+                if not halves:
+                    out.append(pair.metric(model(base_src.expand(n, -1), base_tgt.expand(n, -1))))  # (n, T, V)
+                    continue
+                if shared is None:
+                    src = base_src.expand(n, -1)
+                    src_mask = model.src_mask(src)
+                    memory = model.encode(src, src_mask)  # (n, S, D)
+                else:
+                    memory, src_mask = shared[0].expand(n, -1, -1), shared[1].expand(n, -1, -1, -1)
+                hidden = model.decode_hidden(base_tgt.expand(n, -1), memory, src_mask)  # (n, T, D)
+                out.append(_metric_of_hidden(model, pair.metric, hidden))
     finally:
         model.train(was_training)
     return torch.cat(out).cpu()
+
+
+def _metric_of_hidden(model: nn.Module, metric: LogitDiff, hidden: Tensor) -> Tensor:
+    """The metric of the decoder's final states, projecting only the row it reads. Shapes: (n, T, D) -> (n,)."""
+    if not isinstance(metric, LogitDiff):
+        return metric(model.generator(hidden))
+    if not -hidden.shape[1] <= metric.pos < hidden.shape[1]:
+        raise PatchingError(f"LogitDiff position {metric.pos} is outside the {hidden.shape[1]} target positions")
+    row = model.generator(hidden[:, [metric.pos]])  # (n, 1, V)
+    return LogitDiff(0, metric.good, metric.bad)(row)
 
 
 def _donor(pair: PreparedPair, direction: str) -> ActivationCache:
