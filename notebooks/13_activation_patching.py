@@ -33,6 +33,9 @@
 # is 0 for the corrupted run and 1 for the clean one. Patching *clean → corrupted* (run the feminine sentence, put a
 # clean activation in) asks whether a site **suffices** to bring *his* back.
 #
+# The same question for grammatical number: in *Ein Hund rennt* / *Zwei Hunde rennen* the English verb must follow
+# (*is* / *are*). Singular/plural pairs get the same treatment, with their own averages and controls.
+#
 # Sites (`wb.site_names(model)`): the source embeddings and the encoder's residual stream after each layer, per
 # source position; the keys and values each decoder layer's cross-attention reads (the *memory*), per source
 # position; every head's output; the target embeddings and the decoder's residual stream, per target position.
@@ -41,8 +44,9 @@
 SMOKE: bool = False  # a handful of pairs (what CI runs)
 SEED: int = 0  # seeds the control positions, the unrelated sentences and the bootstrap
 CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty: the shipped small-de-en
-N_PAIRS: int = 100  # minimal pairs to study (SMOKE: 6); val and test first, then the train split if they run out
-TRAIN_SENTENCES: int = 4000  # train sentences scanned for more pairs when val and test give fewer than N_PAIRS
+N_PAIRS: int = 100  # at least this many minimal pairs (SMOKE: 6); val and test first, then the train split
+N_NUMBER_PAIRS: int = 40  # of which singular/plural pairs, at most (SMOKE: 2); every gender pair of val and test is kept
+TRAIN_SENTENCES: int = 4000  # train sentences scanned for more gender pairs when val and test give fewer than N_PAIRS
 N_PATH_PAIRS: int = 6  # pairs for path patching, the slowest sweep (SMOKE: 2)
 N_BOOTSTRAP: int = 2000  # bootstrap resamples for the 95 % intervals
 EXAMPLE: int = 0  # which subject pair section 1 looks at closely
@@ -69,7 +73,7 @@ from workbench.inspect.patching_sweeps import (
     sweep_position_groups,
     sweep_positions,
 )
-from workbench.lessons.pronoun_pairs import GENDERED, bootstrap_ci, build_pronoun_pairs
+from workbench.lessons.pronoun_pairs import GENDERED, NUMBER_SUBJECT, bootstrap_ci, build_pronoun_pairs
 from workbench.translation.data import load_multi30k
 from workbench.translation.shipped import load_any
 from workbench.viz import figures
@@ -98,23 +102,30 @@ print(len(site_names(model)), "sites:", ", ".join(site_names(model)[:6]), "...")
 # endings and every possessive (*Ein junger Mann hält seinen Hund* / *Eine junge Frau hält ihren Hund*). Both sides
 # must have the same number of subword tokens, so that positions line up, and the model's translations must agree
 # up to the pronoun except for swapped words (*man*/*woman*), with *his* on one side and *her* on the other.
+# **number** pairs make a sentence-initial singular subject plural with its verb (*Ein kleiner Hund rennt* /
+# *Zwei kleine Hunde rennen*); their translations may differ in *A*/*Two*, *dog*/*dogs* ..., and the contrast is the
+# first word that marks number (*is*/*are*, *was*/*were*, *his*/*their* ...). The clean side is the singular one.
 
 # %%
 heldout = [("val", s) for s, _ in load_multi30k("val")] + [("test", s) for s, _ in load_multi30k("test_2016_flickr")]
 t0 = time.perf_counter()
-pairs = build_pronoun_pairs(model, tok, heldout[:600] if SMOKE else heldout, limit=n_pairs)
+# quotas per kind: candidates are checked in rounds, in sentence order, until each kind has its share
+quota = {"possessive": 2, "subject": 2, "number": 2} if SMOKE else {"number": N_NUMBER_PAIRS}
+pairs = build_pronoun_pairs(model, tok, heldout, limit_per_kind=quota, round_size=128 if SMOKE else 512)
 n_heldout_pairs = len(pairs)
 if len(pairs) < n_pairs and TRAIN_SENTENCES > 0 and not SMOKE:
     train = [("train", s) for s, _ in load_multi30k("train", limit=TRAIN_SENTENCES)]
-    pairs += build_pronoun_pairs(model, tok, train, limit=n_pairs - len(pairs))
+    pairs += build_pronoun_pairs(model, tok, train, kinds=("possessive", "subject"), limit=n_pairs - len(pairs))
 metrics["pairs_seconds"] = time.perf_counter() - t0
 print(f"{len(pairs)} pairs in {time.perf_counter() - t0:.0f} s: {n_heldout_pairs} from val and test, "
       f"{len(pairs) - n_heldout_pairs} from the train split")
-kinds = {k: sum(p.kind == k for p in pairs) for k in ("possessive", "subject")}
+kinds = {k: sum(p.kind == k for p in pairs) for k in ("possessive", "subject", "number")}
 print("by kind:", kinds)
+shown_pairs = [p for p in pairs if p.kind != "number"][:4] + [p for p in pairs if p.kind == "number"][:3]
 display(Markdown(figures.markdown_table([
-    {"kind": p.kind, "masculine (clean)": p.clean_text, "feminine (corrupted)": p.corrupt_text,
-     "translation (clean)": p.translation} for p in pairs[:6]])))
+    {"kind": p.kind, "clean (masculine / singular)": p.clean_text, "corrupted (feminine / plural)": p.corrupt_text,
+     "answers": f"{tok.id_to_token(p.good).lstrip('▁')} / {tok.id_to_token(p.bad).lstrip('▁')}",
+     "translation (clean)": p.translation} for p in shown_pairs])))
 metrics.update(n_pairs=len(pairs), n_heldout_pairs=n_heldout_pairs, pairs_by_kind=kinds)
 
 # %% [markdown]
@@ -224,36 +235,52 @@ for family in ("enc_self", "dec_self", "cross"):
 # position together (**edit**), the final **eos** position, and, as the first control, one **random** unedited
 # position. Each group is patched at once, per layer. The second control patches the same groups from the
 # **unrelated** sentence instead of the clean one. Intervals are 95 % percentile bootstraps over pairs.
+#
+# Singular/plural pairs are averaged apart, with groups of their own (named `number·...`): the **subject** words
+# (article, adjective endings, noun), the **verb** endings, every edited position, eos, and their own random
+# position; on the decoder side the contrast row and the swapped words (*A*/*Two*, *dog*/*dogs*).
+# Each pair's groups (and its random position) are drawn once and used for every family and both donors.
 
 # %%
 def roles(p) -> dict[str, list[int]]:
     toks = src_tokens(p.clean_src)
-    poss = [i for i in p.edit if re.fullmatch(r"▁?(sein\w*|er)", toks[i], flags=re.IGNORECASE)]
-    subject = [i for i in p.edit if i not in poss]
     others = [i for i in range(len(toks) - 1) if i not in p.edit]
     out = {"edit": list(p.edit), "eos": [len(toks) - 1]}
-    if poss:
-        out["possessive"] = poss
-    if subject:
-        out["subject"] = subject
+    if p.kind == "number":
+        n_words = len(NUMBER_SUBJECT.match(p.clean_text).group(0).split())
+        word = np.cumsum([t.startswith("▁") for t in toks]) - 1  # (S,) the word each token belongs to
+        out["subject"] = [i for i in p.edit if word[i] < n_words]
+        out["verb"] = [i for i in p.edit if word[i] >= n_words]
+    else:
+        out["possessive"] = [i for i in p.edit if re.fullmatch(r"▁?(sein\w*|er)", toks[i], flags=re.IGNORECASE)]
+        out["subject"] = [i for i in p.edit if i not in out["possessive"]]
     if others:
         out["random"] = [int(rng.choice(others))]
-    return out
+    return {prefix(p) + k: v for k, v in out.items() if v}
 
 
 def tgt_roles(p) -> dict[str, list[int]]:
     differ = [i for i, (a, b) in enumerate(zip(p.tgt, p.corrupt_tgt, strict=True)) if a != b]
     others = [i for i in range(1, p.pos) if i not in differ]
-    out = {"pronoun row": [p.pos]}
+    out = {"pronoun row" if p.kind != "number" else "answer row": [p.pos]}
     if differ:
-        out["man/woman"] = differ
+        out["man/woman" if p.kind != "number" else "swapped words"] = differ
     if others:
         out["random"] = [int(rng.choice(others))]
-    return out
+    return {prefix(p) + k: v for k, v in out.items()}
+
+
+def prefix(p) -> str:
+    return "number·" if p.kind == "number" else ""
+
+
+def random_of(group: str) -> str:
+    """The random-position control of a group's kind."""
+    return "number·random" if group.startswith("number·") else "random"
 
 
 collected: dict[tuple[str, str, str], list[np.ndarray]] = {}  # (family, donor, group) -> per-pair (L,) scores
-heads: dict[tuple[str, str], list[np.ndarray]] = {}  # (family, donor) -> per-pair (L, H) scores
+heads: dict[tuple[str, str, str], list[np.ndarray]] = {}  # (kind, family, donor) -> per-pair (L, H) scores
 t0 = time.perf_counter()
 used = 0
 for p in pairs:
@@ -264,8 +291,10 @@ for p in pairs:
     clean, corrupt, tgt, metric = tensors(p)
     pp = prepare_pair(model, clean, corrupt, tgt, metric)
     unrelated = dataclasses.replace(pp, clean=cache_activations(model, torch.tensor([other]), tgt[1]))
+    src_groups, tgt_groups = roles(p), tgt_roles(p)
+    kind = "number" if p.kind == "number" else "gender"
     for donor, prepared in (("clean", pp), ("unrelated", unrelated)):
-        for family, groups in (("resid_enc", roles(p)), ("memory", roles(p)), ("resid_dec", tgt_roles(p))):
+        for family, groups in (("resid_enc", src_groups), ("memory", src_groups), ("resid_dec", tgt_groups)):
             if family == "resid_dec" and donor == "unrelated":
                 continue  # the unrelated sentence has no translation prefix of its own
             res = sweep_position_groups(model, clean, corrupt, tgt, metric, groups, family=family, prepared=prepared)
@@ -273,7 +302,7 @@ for p in pairs:
                 collected.setdefault((family, donor, g), []).append(column.numpy())
         for family in ("cross",):  # the heads that read the memory (section 1 shows the others for one pair)
             res = sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=prepared)
-            heads.setdefault((family, donor), []).append(res.values.numpy())
+            heads.setdefault((kind, family, donor), []).append(res.values.numpy())
 metrics["sweep_seconds"] = time.perf_counter() - t0
 print(f"{used} pairs swept in {time.perf_counter() - t0:.0f} s "
       f"({len(pairs) - used} without an unrelated sentence of their length)")
@@ -292,13 +321,16 @@ for (family, donor, group), rows in collected.items():
         summary[(family, layer, donor, group)] = {"mean": float(mean[i]), "low": float(lo[i]), "high": float(hi[i]),
                                                   "n": len(rows)}
 
+NUMBER_GROUPS = {"resid_enc": ("subject", "verb", "edit", "eos"), "memory": ("subject", "verb", "edit", "eos"),
+                 "resid_dec": ("answer row", "swapped words")}
 for family, main_groups in (("resid_enc", ("possessive", "subject", "edit", "eos")),
                             ("memory", ("possessive", "subject", "edit", "eos")),
-                            ("resid_dec", ("pronoun row", "man/woman"))):
+                            ("resid_dec", ("pronoun row", "man/woman")),
+                            *((f, tuple("number·" + g for g in gs)) for f, gs in NUMBER_GROUPS.items())):
     labels, m, lo, hi, grp = [], [], [], [], []
     for layer in LAYERS[family]:
         shown = [("clean", g, "patched from the clean run") for g in main_groups]
-        shown.append(("clean", "random", "control: random position"))
+        shown.append(("clean", random_of(main_groups[0]), "control: random position"))
         if family != "resid_dec":
             shown += [("unrelated", g, "control: unrelated sentence") for g in main_groups]
         for donor, group, kind in shown:
@@ -310,7 +342,9 @@ for family, main_groups in (("resid_enc", ("possessive", "subject", "edit", "eos
             lo.append(s["low"])
             hi.append(s["high"])
             grp.append(kind)
-    interval_figure(labels, m, lo, hi, groups=grp, title=f"{family}: mean score over pairs, 95 % intervals").show()
+    what = "singular/plural" if main_groups[0].startswith("number·") else "gender"
+    interval_figure(labels, m, lo, hi, groups=grp,
+                    title=f"{family}, {what} pairs: mean score over pairs, 95 % intervals").show()
 
 # %% [markdown]
 # ## 3 · What the intervals support
@@ -322,9 +356,9 @@ for family, main_groups in (("resid_enc", ("possessive", "subject", "edit", "eos
 # %%
 findings = []
 for (family, layer, donor, group), s in sorted(summary.items()):
-    if donor != "clean" or group == "random":
+    if donor != "clean" or group == random_of(group):
         continue
-    controls = [summary.get((family, layer, "clean", "random"))]
+    controls = [summary.get((family, layer, "clean", random_of(group)))]
     if family != "resid_dec":
         controls.append(summary.get((family, layer, "unrelated", group)))
     controls = [c for c in controls if c is not None]
@@ -336,10 +370,12 @@ for (family, layer, donor, group), s in sorted(summary.items()):
 cleared = [f for f in findings if f["clears"]]
 where = {"resid_enc": "the encoder state", "memory": "the cross-attention keys and values",
          "resid_dec": "the decoder state"}
-lines = [f"- Patching {where[f['family']]} ({f['layer']}) at the **{f['group']}** positions restores "
-         f"{f['mean']:.2f} [{f['low']:.2f}, {f['high']:.2f}] of the clean logit difference over {f['n']} pairs; "
-         f"the controls reach at most {f['control_high']:.2f}." for f in cleared]
-display(Markdown("\n".join(lines) if lines else "No site clears its controls with these pairs."))
+for what, number in (("Gender pairs (his/her)", False), ("Singular/plural pairs (is/are ...)", True)):
+    lines = [f"- Patching {where[f['family']]} ({f['layer']}) at the **{f['group'].removeprefix('number·')}** "
+             f"positions restores {f['mean']:.2f} [{f['low']:.2f}, {f['high']:.2f}] of the clean logit difference "
+             f"over {f['n']} pairs; the controls reach at most {f['control_high']:.2f}."
+             for f in cleared if f["group"].startswith("number·") == number]
+    display(Markdown(f"**{what}**\n\n" + ("\n".join(lines) if lines else "No site clears its controls.")))
 not_cleared = [f"{f['family']} {f['layer']} {f['group']}" for f in findings if not f["clears"]]
 print(f"{len(cleared)} of {len(findings)} (site, group) cells clear their controls; not cleared: {len(not_cleared)}")
 metrics["findings"] = [{k: f[k] for k in ("family", "layer", "group", "mean", "low", "high", "n", "control_high")}
@@ -372,20 +408,23 @@ metrics["best_encoder_vs_controls"] = {"layer": layer, "group": group, "clean": 
 
 # %%
 head_findings = []
-for family in ("cross",):
-    clean_rows, ctrl_rows = np.stack(heads[(family, "clean")]), np.stack(heads[(family, "unrelated")])
+for kind, family in (("gender", "cross"), ("number", "cross")):
+    if len(heads.get((kind, family, "clean"), [])) < 2:
+        continue
+    clean_rows, ctrl_rows = np.stack(heads[(kind, family, "clean")]), np.stack(heads[(kind, family, "unrelated")])
     mean, lo, hi = bootstrap_ci(clean_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
     _, _, ctrl_hi = bootstrap_ci(ctrl_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
     avg = dataclasses.replace(head_maps[family], values=torch.tensor(mean, dtype=torch.float32),
                               raw=torch.tensor(mean, dtype=torch.float32))
-    patching_heatmap(avg, title=f"{family} heads: mean score over {len(clean_rows)} pairs").show()
+    patching_heatmap(avg, title=f"{family} heads, {kind} pairs: mean score over {len(clean_rows)} pairs").show()
     for layer, head in zip(*np.nonzero((lo > ctrl_hi) & (mean >= MIN_EFFECT)), strict=True):
-        head_findings.append({"family": family, "layer": int(layer), "head": int(head), "mean": float(mean[layer, head]),
+        head_findings.append({"kind": kind, "family": family, "layer": int(layer), "head": int(head),
+                              "mean": float(mean[layer, head]),
                               "low": float(lo[layer, head]), "high": float(hi[layer, head]),
                               "control_high": float(ctrl_hi[layer, head])})
 head_findings.sort(key=lambda f: -f["mean"])
 display(Markdown("\n".join(
-    f"- {f['family']} head {f['layer']}.{f['head']}: {f['mean']:.2f} [{f['low']:.2f}, {f['high']:.2f}] "
+    f"- {f['kind']} pairs, {f['family']} head {f['layer']}.{f['head']}: {f['mean']:.2f} [{f['low']:.2f}, {f['high']:.2f}] "
     f"(unrelated sentence: at most {f['control_high']:.2f})" for f in head_findings[:8]) or "No head clears its control."))
 metrics["head_findings"] = head_findings
 
@@ -401,7 +440,7 @@ metrics["head_findings"] = head_findings
 paths, path_ctrl = [], []
 t0 = time.perf_counter()
 last_layer = [cfg.n_dec_layers - 1]
-for p in [p for p in pairs if unrelated_for(p) is not None][:n_path_pairs]:
+for p in [p for p in pairs if p.kind != "number" and unrelated_for(p) is not None][:n_path_pairs]:
     clean, corrupt, tgt, metric = tensors(p)
     pp = prepare_pair(model, clean, corrupt, tgt, metric)
     other = torch.tensor([unrelated_for(p)])
@@ -442,9 +481,12 @@ with torch.no_grad(), patch(model, own, site_names(model)):
 metrics["own_cache_max_difference"] = float((same - own.logits).abs().max())
 last = summary[("resid_dec", f"dec {cfg.n_dec_layers - 1}", "clean", "pronoun row")]
 metrics["last_decoder_layer_pronoun_row"] = last
+last_number = summary[("resid_dec", f"dec {cfg.n_dec_layers - 1}", "clean", "number·answer row")]
+metrics["number"] = {"pairs": kinds["number"], "last_decoder_layer_answer_row": last_number,
+                     "findings": [f for f in metrics["findings"] if f["group"].startswith("number·")]}
 metrics["best_encoder_site"] = max(
     ({"layer": k[1], "group": k[3], **v} for k, v in summary.items()
-     if k[0] == "resid_enc" and k[2] == "clean" and k[3] not in ("random", "edit")), key=lambda r: r["mean"])
+     if k[0] == "resid_enc" and k[2] == "clean" and k[3] in ("possessive", "subject", "eos")), key=lambda r: r["mean"])
 metrics["seconds"] = time.perf_counter() - wall_start
 json.dump(metrics, open("metrics.json", "w"), indent=1)
 print(json.dumps({k: metrics[k] for k in ("n_pairs", "n_heldout_pairs", "own_cache_max_difference",
@@ -453,6 +495,8 @@ print(json.dumps({k: metrics[k] for k in ("n_pairs", "n_heldout_pairs", "own_cac
 # %%
 assert metrics["own_cache_max_difference"] == 0.0, "patching with the run's own cache must change nothing"
 assert abs(last["mean"] - 1.0) < 1e-3 and last["low"] > 0.99, "the last decoder layer at the pronoun row is the answer"
+assert abs(last_number["mean"] - 1.0) < 1e-3 and last_number["low"] > 0.99, "the same for the number pairs' answer row"
+assert kinds["number"] >= (2 if SMOKE else 20) and kinds["possessive"] and kinds["subject"], kinds
 assert len(pairs) >= (4 if SMOKE else 100), f"only {len(pairs)} minimal pairs"
 # the random position of the embedding layer does nothing at all: an unedited token is the same in both runs
 emb_random = summary[("resid_enc", "embed", "clean", "random")]

@@ -143,9 +143,13 @@ EXPECTED: dict[str, list[tuple[str, object]]] = {
         # holds the whole answer (score 1 whatever the pair)
         ("own_cache_max_difference", lambda v: v == 0.0),
         ("last_decoder_layer_pronoun_row", lambda v: abs(v["mean"] - 1.0) < 1e-3 and v["low"] > 0.99),
-        # SMOKE looks at the first 600 held-out sentences only: no pair may come from the train split
+        # SMOKE takes two pairs of each kind from the held-out sentences: none may come from the train split
         ("n_pairs", lambda v: v >= 4),
         ("n_heldout_pairs", lambda v: v >= 4),
+        ("pairs_by_kind", lambda v: v["possessive"] >= 1 and v["subject"] >= 1 and v["number"] >= 2),
+        # singular/plural pairs: the same machinery check at their answer row, and their own findings clear too
+        ("number", lambda v: abs(v["last_decoder_layer_answer_row"]["mean"] - 1.0) < 1e-3
+         and all(f["low"] > f["control_high"] and f["group"].startswith("number·") for f in v["findings"])),
         # the best encoder site sits at the edited words (possessive or subject), restoring most of the logit
         # difference (SMOKE seed 0: the possessive after the last encoder layer, 0.89 [0.83, 0.96] over 5 pairs)
         ("best_encoder_site", lambda v: v["group"] in ("possessive", "subject") and v["mean"] > 0.5),

@@ -36,7 +36,7 @@ from torch import nn
 
 from workbench.errors import DataError
 
-__all__ = ["KINDS", "PronounPair", "bootstrap_ci", "build_pronoun_pairs", "candidate_swaps"]
+__all__ = ["KINDS", "NUMBER_SUBJECT", "PronounPair", "bootstrap_ci", "build_pronoun_pairs", "candidate_swaps"]
 
 # masculine -> feminine; possessive endings kept
 POSSESSIVES = {f"sein{e}": f"ihr{e}" for e in ("", "e", "em", "en", "er", "es")}
@@ -176,7 +176,7 @@ def _swap_subject(sentence: str) -> tuple[str, str] | None:
     return None
 
 
-_NUMBER_SUBJECT = re.compile(r"^(Ein|Eine|Der|Die|Das)\s+((?:\w+?(?:er|es|e)\s+){0,2})(\w+)\b")
+NUMBER_SUBJECT = re.compile(r"^(Ein|Eine|Der|Die|Das)\s+((?:\w+?(?:er|es|e)\s+){0,2})(\w+)\b")
 _BLOCKS_NUMBER = re.compile(r",|\b(er|Er|sie|Sie|sein\w*|ihr\w*|Ihr\w*|es|Es)\b")
 
 
@@ -194,7 +194,7 @@ def _plural_verb(word: str, verbs: frozenset[str] | None) -> str | None:
 
 def _swap_number(sentence: str, verbs: frozenset[str] | None) -> tuple[str, str] | None:
     """(singular, plural) versions of a sentence that opens with one person or animal and its verb, or None."""
-    m = _NUMBER_SUBJECT.match(sentence)
+    m = NUMBER_SUBJECT.match(sentence)
     if m is None or _BLOCKS_NUMBER.search(sentence):
         return None
     art, adjectives, noun = m.group(1), m.group(2).split(), m.group(3)
