@@ -337,8 +337,10 @@ def hub_pretrained(name: str, device: str | torch.device = "cpu", cache_dir: str
             raise BridgeError(f"{name} is not in the local Hugging Face cache and the network is off: on a machine "
                               f"with network run `hf download {name}` (or load it once with "
                               "wb.pretrained), then use that cache here (HF_HOME)") from cached_error
-        try:
-            folder = snapshot_download(name, cache_dir=cache_dir, allow_patterns=patterns)
+        try:  # safetensors weights when the repository has them; the pickled file only when it does not
+            folder = snapshot_download(name, cache_dir=cache_dir, allow_patterns=patterns[:-1])
+            if not (Path(folder) / "model.safetensors").is_file():
+                folder = snapshot_download(name, cache_dir=cache_dir, allow_patterns=patterns[:-2] + patterns[-1:])
         except Exception as e:
             raise BridgeError(f"{name} is not in the local Hugging Face cache and could not be downloaded "
                               f"({type(e).__name__}): connect to the network, or run `hf download {name}` on a "
