@@ -193,6 +193,7 @@ def test_bench_quick_prints_table_and_writes_json(tmp_path, capsys, multi30k_dir
 
     e = report["e2e"]
     assert e["preset"] == "tiny" and e["pairs"] == 600
+    assert e["precision"] in precisions and e["precision"] in e["precision_reason"]  # what fit's auto chose, and why
     assert 0 < e["src_padding_fraction"] < 0.5 and 0 < e["tgt_padding_fraction"] < 0.5  # sorted by length: little
     # the fused path really reaches a fused SDPA kernel, and the reference the same one, with the same dropout calls
     assert any("flash" in k or "efficient" in k for k in report["sdpa"]["train"])

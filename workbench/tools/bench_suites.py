@@ -392,6 +392,8 @@ def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
         "model_tflops_per_s": history.model_tflops_per_s[-1],
         "mfu": history.mfu[-1],
         "seconds": history.elapsed_s[-1],
+        "precision": history.precision,  # what fit's --precision auto chose on this machine, and why
+        "precision_reason": history.precision_reason,
     }
 
 

@@ -169,7 +169,8 @@ def format_table(report: dict[str, Any]) -> str:
             lines += ["", f"end-to-end: skipped ({e['skipped']})"]
         else:
             mfu = "" if e["mfu"] is None else f", MFU {e['mfu']:.1%}"
-            lines += ["", f"end-to-end fit on Multi30k ({e['preset']}, {e['pairs']} pairs): {e['tokens_per_s']:.0f} tok/s, "
+            lines += ["", f"end-to-end fit on Multi30k ({e['preset']}, {e['pairs']} pairs, {e.get('precision', 'fp32')}): "
+                          f"{e['tokens_per_s']:.0f} tok/s, "
                           f"{1e3 * e['model_tflops_per_s']:.1f} GFLOP/s{mfu}; padding: source "
                           f"{e['src_padding_fraction']:.1%}, target {e['tgt_padding_fraction']:.1%}"]
     if "precision" in report:
