@@ -93,13 +93,17 @@ def _bench_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]
 def _translate_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]:
     h = report["headline"]
     args = report.get("args", {})
+    if "run_config" in report:  # reports since the recipes have names: the run as trained
+        run = report["run_config"]
+        args = {**run, "minutes": run.get("max_minutes"), "recipe": args.get("recipe")}
     if "val_greedy_bleu" in report:  # judged as the release judges (greedy, float16), since the reorganisation
         val, rule = report["val_greedy_bleu"], "chosen on val by greedy float16 BLEU"
     else:  # earlier reports: chosen on val by beam-4 BLEU
         val, rule = {r["weights"]: r["bleu"] for r in report.get("val", []) if r["beam"] == h["beam"]}, "chosen on val"
     arch = "GRU baseline, " if args.get("arch") == "rnn" else ""
     figure = (f"{arch}{args.get('preset', '?')} preset {args.get('src', '?')}→{args.get('tgt', '?')}, "
-              f"{args.get('minutes', 0):g} min training (the benchmarked CPU recipe)")
+              f"{args.get('minutes', 0):g} min training ("
+              + (f"recipe `{args['recipe']}`)" if args.get("recipe") else "the benchmarked CPU recipe of its commit)"))
     value = (f"{h['split']} sacreBLEU **{h['bleu']:.1f}** (beam {h['beam']}, {h['weights']} weights, {rule}: "
              + ", ".join(f"{k} {v:.1f}" for k, v in sorted(val.items())) + ")")
     return [(figure, value, name)]

@@ -1,19 +1,17 @@
-"""Benchmark: train a translator on Multi30k with the benchmarked CPU recipe under a time budget, then report BLEU.
+"""Benchmark: train a translator on Multi30k with a named recipe under its wall-clock budget, then report BLEU.
 
     python bench/translate_multi30k.py --out runs/bench-small [--json bench/results/NAME.json]
 
-The defaults are the "benchmarked CPU recipe" of the book's command-line page (workbench/book_src/command-line.md),
-and training runs through the same command:
+The run is the recipe ``cpu-small`` of :data:`workbench.translation.run.RECIPES` (the shipped small-de-en's: the
+command of the book's command-line page, workbench/book_src/command-line.md), trained through the same command::
 
-    workbench train --preset small --src de --tgt en --out runs/small --max-minutes 41 \
-        --max-tokens 3072 --warmup 800 --lr-factor 1.0 --checkpoint-every 150
+    workbench train --recipe cpu-small --out runs/bench-small
 
-(no epoch limit: the time budget ends the run). The run is a :class:`workbench.model.config.RunConfig` (:func:`run_config`),
-and its command line is made from it (:func:`workbench.tools.cli.run_argv`).
+``--recipe cpu-gru`` trains the GRU baseline's; ``--minutes M`` changes only the budget.
 
 Readout, validation first, test once, by the release's rules (:mod:`workbench.tools.release`): the weights are
 chosen on val (:func:`~workbench.tools.release.choose_weights_on_val`: the last checkpoint or the average of the
-last 5 snapshots, float16 as shipped, greedy), then beam 4's length penalty on val; test_2016_flickr is decoded
+last k snapshots, float16 as shipped, greedy), then beam 4's length penalty on val; test_2016_flickr is decoded
 once with both choices, and its beam-4 score is the headline
 (:func:`~workbench.tools.release.score_val_and_test`). Prints one JSON document (also written to
 ``OUT/bench_report.json`` and to ``--json``) with the provenance record (:mod:`workbench.tools.provenance`).
@@ -35,21 +33,15 @@ BEAM = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workbench.model.config import PRESETS, RunConfig
+    from workbench.translation.run import RECIPES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", default=RunConfig.arch, choices=RunConfig.choices()["arch"])
-    ap.add_argument("--preset", default="small", choices=list(PRESETS))
-    ap.add_argument("--minutes", type=float, default=41.0, help="training budget (evaluation comes on top)")
+    ap.add_argument("--recipe", default="cpu-small", choices=list(RECIPES), help="the named run to train")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="training budget instead of the recipe's (evaluation comes on top)")
     ap.add_argument("--out", default="runs/bench-small")
-    ap.add_argument("--src", default=RunConfig.src)
-    ap.add_argument("--tgt", default=RunConfig.tgt)
-    ap.add_argument("--vocab-size", type=int, default=RunConfig.vocab_size)
-    ap.add_argument("--max-tokens", type=int, default=3072)
-    ap.add_argument("--lr-factor", type=float, default=1.0)
-    ap.add_argument("--warmup", type=int, default=800)
-    ap.add_argument("--checkpoint-every", type=int, default=150)
-    ap.add_argument("--epochs", type=int, default=None, help="an epoch limit (default: none, the time budget ends the run)")
+    ap.add_argument("--average", type=int, nargs="+", default=[5, 10, 15, 20], metavar="K",
+                    help="candidate averages of the last K snapshots (the shipped models' build windows)")
     ap.add_argument("--skip-train", action="store_true", help="only evaluate the run already in --out")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--json", default=None, help="also write the report here (e.g. bench/results/NAME.json)")
@@ -57,20 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_config(args: argparse.Namespace) -> Any:
-    """The training run this benchmark makes (a :class:`workbench.model.config.RunConfig`)."""
-    from workbench.model.config import RunConfig
+    """The training run this benchmark makes: the recipe, with ``--minutes`` and ``--data-dir`` if given."""
+    from workbench.translation.run import recipe
 
-    return RunConfig.from_flat(arch=args.arch, preset=args.preset, src=args.src, tgt=args.tgt, data_dir=args.data_dir,
-                               vocab_size=args.vocab_size, max_minutes=args.minutes, epochs=args.epochs,
-                               max_tokens=args.max_tokens, warmup_steps=args.warmup, lr_factor=args.lr_factor,
-                               checkpoint_every=args.checkpoint_every)
+    overrides = {"max_minutes": args.minutes} if args.minutes is not None else {}
+    return recipe(args.recipe, data_dir=args.data_dir, **overrides)
 
 
 def train_argv(args: argparse.Namespace) -> list[str]:
-    """The ``workbench train`` command line this benchmark runs: its :func:`run_config`, into ``--out``."""
-    from workbench.tools.cli import run_argv
-
-    return ["train", "--out", str(args.out), *run_argv(run_config(args))]
+    """The ``workbench train`` command line this benchmark runs: the recipe's name and what ``--minutes`` and
+    ``--data-dir`` change."""
+    argv = ["train", "--out", str(args.out), "--recipe", args.recipe]
+    if args.minutes is not None:
+        argv += ["--max-minutes", str(args.minutes)]
+    if args.data_dir:
+        argv += ["--data-dir", str(args.data_dir)]
+    return argv
 
 
 def readout(out: Path, src: str = "de", tgt: str = "en", data_dir: str | None = None,
@@ -110,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         report["train"] = json.loads((out / "summary.json").read_text())
         history = json.loads((out / "history.json").read_text())
         report["history"] = {k: history[k] for k in ("train_loss", "val_loss", "val_bleu", "tokens_per_s", "elapsed_s")}
-    report.update(readout(out, args.src, args.tgt, args.data_dir))
+    run = run_config(args)
+    report["run_config"] = run.to_flat()
+    report.update(readout(out, run.src, run.tgt, args.data_dir, tuple(args.average)))
     report["wall_minutes_total"] = round((time.perf_counter() - t0) / 60, 1)
     text = json.dumps(report, indent=2)
     (out / "bench_report.json").write_text(text)

@@ -48,15 +48,16 @@ from workbench.translation.decode import translate
 from workbench.translation.metrics import corpus_bleu, tokenized_bleu, chrf
 from workbench.translation.checkpoint import average_last, load_model
 if SMOKE:
-    kw = dict(preset_name="tiny", max_steps=150, limit=3000, vocab_size=1500, seed=SEED, max_tokens=2000, warmup_steps=200)
+    kw = dict(preset="tiny", max_steps=150, limit=3000, vocab_size=1500, seed=SEED, max_tokens=2000, warmup_steps=200)
     n_test, rnn_steps, rnn_warmup = 60, 150, 200
 else:
     # no greedy decoding of val at each epoch's end (the cells below score the whole test set anyway): ~30 s saved
-    kw = dict(preset_name="small", max_steps=TRAIN_STEPS, seed=SEED, max_tokens=MAX_TOKENS, warmup_steps=400, checkpoint_every=150,
+    kw = dict(preset="small", max_steps=TRAIN_STEPS, seed=SEED, max_tokens=MAX_TOKENS, warmup_steps=400, checkpoint_every=150,
               eval_bleu=False)
     n_test, rnn_steps, rnn_warmup = N_TEST, RNN_STEPS, 150  # SMOKE always trains its small baseline (tests the path)
-kw["minutes"] = None  # no wall-clock budget: the step count decides
-model, tok, state = get_translator(checkpoint=CHECKPOINT or None, **kw)
+kw["precision"] = "fp32"  # the same model on every machine, whatever its bf16 units
+run = wb.RunConfig.from_flat(**kw)  # no wall-clock budget: the step count decides
+model, tok, state = get_translator(run, checkpoint=CHECKPOINT or None)
 test = load_multi30k("test_2016_flickr", "de", "en")[:n_test]
 sources, refs = [s for s, _ in test], [t for _, t in test]
 print("vocabulary:", tok.src_vocab_size, "| parameters:", wb.count_parameters(model))
@@ -280,7 +281,8 @@ figures.attention_heatmap(ins.weights("cross", -1).mean(0), ins.out_tokens, ins.
 
 # %%
 if rnn_steps:
-    rnn, rtok, rstate = get_translator(arch="rnn", **{**kw, "max_steps": rnn_steps, "warmup_steps": rnn_warmup})
+    rnn_run = wb.RunConfig.from_flat(**{**kw, "arch": "rnn", "max_steps": rnn_steps, "warmup_steps": rnn_warmup})
+    rnn, rtok, rstate = get_translator(rnn_run)
     rnn_hyps = translate(rnn, rtok, sources, beam=4)
     results["GRU + attention, beam 4"] = {"bleu": corpus_bleu(rnn_hyps, refs).score,
                                           "tok_bleu": tokenized_bleu(rnn_hyps, refs).score, "chrf": chrf(rnn_hyps, refs).score}

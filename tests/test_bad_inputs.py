@@ -74,7 +74,7 @@ def _c5(tmp_path, mp):
 
 @case("a run with no budget at all", wb.ConfigError, "needs a budget.*--epochs N.*--max-steps N.*--max-minutes M")
 def _c5b(tmp_path, mp):
-    from workbench.model.config import RunConfig
+    from workbench.translation.run import RunConfig
 
     RunConfig()  # TrainConfig() has no epoch limit, no step and no time budget: nothing would end the run
 
@@ -89,28 +89,28 @@ def _c5c(tmp_path, mp):
 
 @case("unknown architecture in a run", wb.ConfigError, r"arch='gru'.*\['rnn', 'transformer'\]")
 def _c5d(tmp_path, mp):
-    from workbench.model.config import RunConfig
+    from workbench.translation.run import RunConfig
 
     RunConfig.from_flat(arch="gru", epochs=1)
 
 
 @case("unknown preset in a run", wb.ConfigError, r"preset='medium'.*\['tiny', 'small', 'base', 'big'\]")
 def _c5e(tmp_path, mp):
-    from workbench.model.config import RunConfig
+    from workbench.translation.run import RunConfig
 
     RunConfig.from_flat(preset="medium", epochs=1)
 
 
 @case("own training source without its target", wb.ConfigError, "train_src/train_tgt.*give both")
 def _c5f(tmp_path, mp):
-    from workbench.model.config import RunConfig
+    from workbench.translation.run import RunConfig
 
     RunConfig.from_flat(train_src="train.de", epochs=1)
 
 
 @case("misspelt run setting", wb.ConfigError, r"unknown run settings \['epoch'\]")
 def _c5g(tmp_path, mp):
-    from workbench.model.config import RunConfig
+    from workbench.translation.run import RunConfig
 
     RunConfig.from_flat(epoch=3)
 

@@ -132,19 +132,22 @@ def _readme_command(starts: str, marker: str | None = None) -> list[str]:
     raise AssertionError(f"no documented command starting with {starts!r}")
 
 
-def test_translate_benchmark_trains_with_the_readme_recipe():
-    from workbench.tools.cli import build_parser as cli_parser
+def test_translate_benchmark_trains_the_readme_recipe():
+    """The benchmark, the README's command and RECIPES["cpu-small"] are one run; the README's benchmark command
+    changes nothing but where results go."""
+    from workbench.tools.cli import parse_args
+    from workbench.tools.run_options import run_config_from_args
+    from workbench.translation.run import RECIPES
 
     script = _script()
-    ours = vars(cli_parser().parse_args(script.train_argv(script.build_parser().parse_args([]))))
-    readme = vars(cli_parser().parse_args(_readme_command("workbench train --preset small", "benchmarked CPU recipe")[1:]))
-    for settings in (ours, readme):
-        settings.pop("out"), settings.pop("func")
-    assert ours == readme
-    # the README's own benchmark command changes nothing but where results go
+    defaults = script.build_parser().parse_args([])
+    ours = run_config_from_args(parse_args(script.train_argv(defaults))[1])
+    readme = run_config_from_args(parse_args(_readme_command("workbench train --recipe cpu-small")[1:])[1])
+    assert ours == readme == script.run_config(defaults) == RECIPES["cpu-small"]
+    shorter = script.build_parser().parse_args(["--minutes", "41"])
+    assert run_config_from_args(parse_args(script.train_argv(shorter))[1]).train.max_minutes == 41.0
     invoked = vars(script.build_parser().parse_args(_readme_command("python bench/translate_multi30k.py")[2:]))
-    defaults = vars(script.build_parser().parse_args([]))
-    assert {k: v for k, v in invoked.items() if v != defaults[k]}.keys() <= {"out", "json"}
+    assert {k: v for k, v in invoked.items() if v != vars(defaults)[k]}.keys() <= {"out", "json"}
 
 
 @pytest.mark.parametrize("best", ["last checkpoint", "average of the last 5 step snapshots"])

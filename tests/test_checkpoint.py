@@ -183,9 +183,10 @@ def test_checkpoints_and_pipeline_choose_the_architecture_through_the_registry(t
     """A new architecture added to workbench/model/registry.py alone is saved under its name, rebuilt as its own class
     by load_model, built by the pipeline and accepted by a RunConfig: nothing else chooses by class or name."""
     from workbench.model import registry
-    from workbench.model.config import ModelConfig, RunConfig
+    from workbench.model.config import ModelConfig
     from workbench.model.transformer import Transformer
     from workbench.translation.pipeline import build_translator
+    from workbench.translation.run import RunConfig
 
     class Wide(Transformer):
         pass

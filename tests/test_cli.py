@@ -61,8 +61,9 @@ def _train_parser():
 def test_train_options_are_the_run_config_fields():
     """Every field of RunConfig and TrainConfig is a `train` option with the field's comment as its help and the
     field's default; preset and architecture choices come from the preset table and the registry."""
-    from workbench.model.config import PRESETS, RunConfig, TrainConfig, field_docs
+    from workbench.model.config import PRESETS, TrainConfig, field_docs
     from workbench.model.registry import architectures
+    from workbench.translation.run import RunConfig
 
     docs = {**field_docs(RunConfig), **field_docs(TrainConfig)}
     fields = {f.name: f for f in RunConfig.flat_fields()}
@@ -85,8 +86,8 @@ def test_train_without_a_budget_is_refused_in_one_line(tmp_path, capsys):
 
 
 def test_run_argv_gives_back_the_run():
-    from workbench.model.config import RunConfig
-    from workbench.tools.cli import run_argv, run_config_from_args
+    from workbench.tools.run_options import run_argv, run_config_from_args
+    from workbench.translation.run import RunConfig
 
     run = RunConfig.from_flat(arch="rnn", preset="tiny", limit=30, train_src="a.de", train_tgt="a.en", vocab_size=500,
                               max_minutes=2.5, warmup_steps=80, precision="fp32", compile=True, grad_clip=None, patience=3)
@@ -95,23 +96,44 @@ def test_run_argv_gives_back_the_run():
     assert run_argv(run)[:2] == ["--src", "de"]  # the run's own settings are spelt out even at their defaults
 
 
-def test_shipped_cards_train_commands_still_parse():
-    """`workbench pretrained reproduce` runs the command on each card: it must still give the card's run."""
+def test_shipped_cards_train_commands_still_parse_and_are_their_named_recipes():
+    """`workbench pretrained reproduce` runs the command on each card: it must still give the card's run, which is
+    the card's named recipe (with the epoch limit of 1000 it carried, never reached), as the run itself recorded."""
+    import dataclasses
     import shlex
 
-    from workbench.tools.cli import run_config_from_args
+    from workbench.tools.cli import parse_args
+    from workbench.tools.run_options import run_config_from_args
     from workbench.translation import shipped
+    from workbench.translation.run import RECIPES, recipe
 
     for name in shipped.list_pretrained():
         card = shipped.read_card(name)
         argv = shlex.split(card["reproduce"]["train"])
-        argv = argv[argv.index("train") + 1:]
-        run = run_config_from_args(_train_parser().parse_args(argv))
+        run = run_config_from_args(parse_args(argv[argv.index("train"):])[1])
         assert run.arch == card["arch"]
-        assert run.train.warmup_steps == int(argv[argv.index("--warmup") + 1])
-        assert run.train.max_minutes == float(argv[argv.index("--max-minutes") + 1])
+        assert card["recipe"] in RECIPES and run == recipe(card["recipe"], epochs=run.train.epochs)
+        assert run.train.epochs is None or card["training"]["epochs"] < run.train.epochs
+        trained = {k: v for k, v in card["training"]["train_config"].items() if k != "epochs"}
+        named = {k: v for k, v in dataclasses.asdict(RECIPES[card["recipe"]].train).items() if k != "epochs"}
+        assert trained == named  # what fit() recorded is the recipe, field by field
         # the build's averaging windows need that many snapshots kept, or reproducing would skip some
         assert run.train.keep_checkpoints >= max(card.get("average_windows", [5]))
+
+
+def test_a_recipe_is_the_default_and_options_beside_it_override_only_their_fields():
+    from workbench.tools.cli import parse_args
+    from workbench.tools.run_options import run_config_from_args
+    from workbench.translation.run import RECIPES
+
+    run = run_config_from_args(parse_args(["train", "--out", "x", "--recipe", "cpu-small"])[1])
+    assert run == RECIPES["cpu-small"]
+    changed = run_config_from_args(parse_args(["--debug", "train", "--max-minutes", "41", "--out", "x",
+                                               "--recipe", "cpu-gru", "--dropout", "none"])[1])
+    assert changed.arch == "rnn" and changed.train.max_minutes == 41.0 and changed.dropout is None
+    assert changed.train.keep_checkpoints == RECIPES["cpu-gru"].train.keep_checkpoints
+    with pytest.raises(SystemExit):
+        parse_args(["train", "--out", "x", "--recipe", "cpu-huge"])
 
 
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):

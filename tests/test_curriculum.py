@@ -13,7 +13,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench.tools.notebook_runner import run_notebook
 from workbench.tools.notebooks import notebook_parameters
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -136,23 +135,10 @@ def test_curriculum_notebook_ends_with_try_it_prompts_naming_real_parameters(ste
     assert all(len(p[2].split()) >= 5 for p in prompts), bullets  # each says what to look for
 
 
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("curriculum")
-    cache: dict[str, dict] = {}
-
-    def run(stem: str) -> dict:
-        if stem not in cache:
-            cache[stem] = run_notebook(NOTEBOOKS / f"{stem}.ipynb", out, smoke=True, threads=1, timeout=600)
-        return cache[stem]
-
-    return run
-
-
 @pytest.mark.notebook
 @pytest.mark.parametrize("stem", STEMS)
 def test_curriculum_notebook_smoke_metrics(stem, smoke_runs):
-    result = smoke_runs(stem)
+    result = smoke_runs(NOTEBOOKS / f"{stem}.ipynb")  # conftest's: each notebook runs once a session
     assert result["status"] == "ok", result.get("error")
     metrics = result["metrics"]
     for key, check in EXPECTED[stem]:

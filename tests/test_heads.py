@@ -8,13 +8,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from workbench import build_model, hooks_remaining, preset
+from workbench import ablate_heads, build_model, hooks_remaining, preset
 from workbench.inspect.heads import (
     gate_heads,
     head_confidence,
     head_entropy,
     head_importance,
-    mask_heads,
     positional_score,
     prune_order,
 )
@@ -55,7 +54,7 @@ def test_unit_gates_change_nothing_and_masking_changes_output(model_and_batch):
     plain = model(b.src, b.tgt_in)
     with gate_heads(model, {("cross", 0): torch.ones(4)}):
         assert torch.equal(model(b.src, b.tgt_in), plain)
-    with mask_heads(model, [("cross", 0, 1)]):
+    with ablate_heads(model, [("cross", 0, 1)]):
         masked = model(b.src, b.tgt_in)
     assert not torch.allclose(masked, plain)
     assert torch.equal(model(b.src, b.tgt_in), plain) and hooks_remaining(model) == 0
@@ -65,7 +64,7 @@ def test_masking_a_head_zeroes_its_output(model_and_batch):
     model, b = model_and_batch
     block = model.decoder_layers[0].cross_attn
     seen = {}
-    with mask_heads(model, [("cross", 0, 2)]):
+    with ablate_heads(model, [("cross", 0, 2)]):
         # registered after the gate, so this probe sees the gated per-head outputs
         h = block.hook_z.register_forward_hook(lambda m, i, o: seen.setdefault("z", o))
         try:

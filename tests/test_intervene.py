@@ -10,7 +10,6 @@ import torch
 from workbench import build_model, hooks_remaining, preset
 from workbench.errors import InterventionError
 from workbench.inspect.capture import capture_attention
-from workbench.inspect.heads import mask_heads
 from workbench.inspect.intervene import (
     ablate_heads,
     attention_blocks,
@@ -138,17 +137,6 @@ def test_outputs_restored_bit_for_bit_weights_untouched_no_hook_left(setup):
         raise RuntimeError("error inside the block")
     assert hooks_remaining(model) == 0 and torch.equal(model(src, tgt_in), before)
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
-
-
-def test_mask_heads_is_zero_ablation(setup):
-    model, src, tgt_in = setup
-    with mask_heads(model, [("dec_self", 2, 3)]):
-        masked = model(src, tgt_in)
-    with ablate_heads(model, [("dec_self", 2, 3)]):
-        assert torch.equal(model(src, tgt_in), masked)
-    with pytest.raises(InterventionError, match="head 7 out of range"):
-        with mask_heads(model, [("dec_self", 2, 7)]):
-            pass
 
 
 @pytest.mark.parametrize("heads, match", [

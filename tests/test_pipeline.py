@@ -11,6 +11,7 @@ import workbench
 import workbench.translation.checkpoint
 from workbench.errors import ConfigError
 from workbench.translation import pipeline
+from workbench.translation.run import RunConfig
 
 
 @pytest.fixture
@@ -18,7 +19,7 @@ def fake_training(monkeypatch):
     """Replace training and loading with stubs that record which run folders were trained."""
     trained: list[Path] = []
 
-    def train_translation(out_dir, **kwargs):
+    def train_translation(run, out_dir):
         trained.append(Path(out_dir))
         Path(out_dir).mkdir(parents=True)
         (Path(out_dir) / "last.pt").write_bytes(b"stub")
@@ -29,13 +30,13 @@ def fake_training(monkeypatch):
 
 
 def test_cached_model_is_reused_only_by_the_same_code_and_version(tmp_path, monkeypatch, fake_training):
-    kw = dict(cache_dir=tmp_path, preset_name="tiny", max_steps=50, minutes=None)
+    kw = dict(cache_dir=tmp_path, run=RunConfig.from_flat(preset="tiny", max_steps=50))
     _, _, state = pipeline.get_translator(**kw)
     first = Path(state["run_dir"])
     assert fake_training == [first]
     pipeline.get_translator(**kw)
     assert fake_training == [first]  # same settings, same code: reused
-    pipeline.get_translator(**{**kw, "max_steps": 60})
+    pipeline.get_translator(**{**kw, "run": RunConfig.from_flat(preset="tiny", max_steps=60)})
     assert len(fake_training) == 2  # other settings: trained
 
     # the training code changed since the model was cached (one comment added to train.py): trained again
@@ -59,10 +60,18 @@ def test_fingerprint_covers_the_modules_that_define_a_trained_model():
     assert len(pipeline.training_code_fingerprint()) == 16
 
 
-def test_get_translator_needs_a_budget(tmp_path, fake_training):
+def test_get_translator_needs_a_run_with_a_budget(tmp_path, fake_training):
     with pytest.raises(ConfigError, match="max_steps"):
-        pipeline.get_translator(cache_dir=tmp_path, minutes=None, max_steps=None)
+        pipeline.get_translator(RunConfig.from_flat(preset="tiny"), cache_dir=tmp_path)
+    with pytest.raises(ConfigError, match="RunConfig"):
+        pipeline.get_translator(cache_dir=tmp_path)
     assert fake_training == []
+
+
+def test_the_cache_ignores_where_the_data_lies(tmp_path, fake_training):
+    pipeline.get_translator(RunConfig.from_flat(preset="tiny", max_steps=5, data_dir="/a"), cache_dir=tmp_path)
+    pipeline.get_translator(RunConfig.from_flat(preset="tiny", max_steps=5, data_dir="/b"), cache_dir=tmp_path)
+    assert len(fake_training) == 1
 
 
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])
@@ -77,10 +86,11 @@ def test_run_dropout_overrides_the_presets(tmp_path, arch):
         for split in ("train", "val"):
             files[f"{split}_{side}"] = str(tmp_path / f"{split}.{side}")
             Path(files[f"{split}_{side}"]).write_text("\n".join(text) + "\n")
-    summary = pipeline.train_translation(out_dir=tmp_path / "run", arch=arch, preset="tiny", vocab_size=60,
-                                         dropout=0.3, max_steps=1, eval_bleu=False, **files)
+    run = RunConfig.from_flat(arch=arch, preset="tiny", vocab_size=60, dropout=0.3, max_steps=1, eval_bleu=False,
+                              **files)
+    summary = pipeline.train_translation(run, out_dir=tmp_path / "run")
     assert summary["dropout"] == 0.3
     model, _, _ = load_model(tmp_path / "run" / "last.pt")
     assert model.cfg.dropout == 0.3  # the tiny preset's own is 0.0
     with pytest.raises(ConfigError, match="dropout"):
-        pipeline.train_translation(out_dir=tmp_path / "bad", preset="tiny", dropout=1.5, max_steps=1, **files)
+        RunConfig.from_flat(preset="tiny", dropout=1.5, max_steps=1, **files)

@@ -49,7 +49,7 @@ from workbench.model.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-from workbench.model.config import PRESETS, ModelConfig, RunConfig, TrainConfig, preset
+from workbench.model.config import PRESETS, ModelConfig, TrainConfig, preset
 from workbench.model.masks import attention_mask, causal_mask, padding_mask, to_nn_mask
 from workbench.model.positional import distance_matrix, sinusoidal_table
 from workbench.model.rnn import RNNConfig, RNNSeq2Seq, build_rnn
@@ -57,7 +57,8 @@ from workbench.model.transformer import Transformer, build_model
 from workbench.runtime import count_parameters, resolve_device, set_seed
 from workbench.translation import decode, shipped, train  # noqa: F401
 from workbench.translation.checkpoint import load_model
-from workbench.translation.decode import translate
+from workbench.translation.decode import DECODING, DecodeConfig, translate
+from workbench.translation.run import RECIPES, RunConfig, recipe
 from workbench.translation.shipped import PretrainedError, list_pretrained, pretrained
 from workbench.translation.train import fit
 
@@ -82,7 +83,9 @@ __all__ = [
     "CheckpointError",
     "ChecksumError",
     "ConfigError",
+    "DECODING",
     "DataError",
+    "DecodeConfig",
     "DecodingError",
     "InputTextError",
     "InterventionError",
@@ -98,15 +101,13 @@ __all__ = [
     "PretrainedError",
     "RNNConfig",
     "RNNSeq2Seq",
+    "RECIPES",
     "RunConfig",
     "TrainConfig",
     "TrainingError",
     "Transformer",
     "WorkbenchError",
-    "ablate_heads",
-    "attention_flow",
     "attention_mask",
-    "attention_rollout",
     "attention_weights",
     "attribute",
     "build_model",
@@ -135,6 +136,7 @@ __all__ = [
     "cache_activations",
     "preset",
     "pretrained",
+    "recipe",
     "resolve_device",
     "scaled_dot_product_attention",
     "set_seed",

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from workbench.inspect.intervene import ablate_heads, attention_blocks
+from workbench.inspect.intervene import attention_blocks
 
 HeadKey = tuple[str, int]  # (kind, layer), kind in "enc_self", "dec_self", "cross"
 
@@ -89,17 +89,6 @@ def gate_heads(model: nn.Module, gates: dict[HeadKey, Tensor]) -> Iterator[dict[
     finally:
         for handle in handles:
             handle.remove()
-
-
-@contextlib.contextmanager
-def mask_heads(model: nn.Module, heads: Iterable[tuple[str, int, int]]) -> Iterator[None]:
-    """Switch off the given (kind, layer, head) triples for the duration of the block.
-
-    Zero-ablation through :func:`workbench.intervene.ablate_heads` (which also offers mean-ablation and whole
-    layers, and checks every triple against the model).
-    """
-    with ablate_heads(model, heads, mode="zero"):
-        yield
 
 
 def head_importance(model: nn.Module, batches: Iterable[Any], pad_id: int, normalise: bool = True) -> dict[HeadKey, Tensor]:

@@ -1,5 +1,6 @@
-"""Frozen configurations and the paper's presets: the model (:class:`ModelConfig`), the training recipe
-(:class:`TrainConfig`) and a whole training run (:class:`RunConfig`: data, tokenizer, model, recipe).
+"""Frozen configurations and the paper's presets: the model (:class:`ModelConfig`) and the training recipe
+(:class:`TrainConfig`). A whole training run (data, tokenizer, model, recipe) is
+:class:`workbench.translation.run.RunConfig`.
 
 Variants are made with :func:`dataclasses.replace`; checkpoints store ``dataclasses.asdict(cfg)``.
 ``__post_init__`` only validates: it never seeds or touches global state.
@@ -19,12 +20,13 @@ ACTIVATIONS = ("relu", "gelu", "swish")
 SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 
 
-def _check(cond: bool, field: str, value: Any, fix: str) -> None:
+def validate(cond: bool, field: str, value: Any, fix: str) -> None:
+    """Raise a :class:`ConfigError` naming ``field``, its bad ``value`` and the ``fix`` unless ``cond`` holds."""
     if not cond:
         raise ConfigError(f"invalid {field}={value!r}: {fix}")
 
 
-def _is_probability(value: Any) -> bool:
+def is_probability(value: Any) -> bool:
     """A dropout rate: a number in [0, 1)."""
     return isinstance(value, (int, float)) and 0.0 <= value < 1.0
 
@@ -59,9 +61,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
             value = getattr(self, name)
-            _check(isinstance(value, int) and value > 0, name, value, "use a positive integer")
+            validate(isinstance(value, int) and value > 0, name, value, "use a positive integer")
         if self.d_head is None:
-            _check(
+            validate(
                 self.d_model % self.n_heads == 0,
                 "d_model",
                 self.d_model,
@@ -69,18 +71,18 @@ class ModelConfig:
                 f"try d_model={self.n_heads * max(1, round(self.d_model / self.n_heads))}",
             )
         else:
-            _check(isinstance(self.d_head, int) and self.d_head > 0, "d_head", self.d_head, "use a positive integer or None")
+            validate(isinstance(self.d_head, int) and self.d_head > 0, "d_head", self.d_head, "use a positive integer or None")
         if self.d_v is not None:
-            _check(isinstance(self.d_v, int) and self.d_v > 0, "d_v", self.d_v, "use a positive integer or None")
+            validate(isinstance(self.d_v, int) and self.d_v > 0, "d_v", self.d_v, "use a positive integer or None")
         for name in ("dropout", "attn_dropout"):
             value = getattr(self, name)
-            _check(_is_probability(value), name, value, "use a probability in [0, 1)")
-        _check(self.positional in POSITIONAL_KINDS, "positional", self.positional, f"choose one of {POSITIONAL_KINDS}")
-        _check(self.activation in ACTIVATIONS, "activation", self.activation, f"choose one of {ACTIVATIONS}")
-        _check(self.sinusoidal_layout in SINUSOIDAL_LAYOUTS, "sinusoidal_layout", self.sinusoidal_layout,
+            validate(is_probability(value), name, value, "use a probability in [0, 1)")
+        validate(self.positional in POSITIONAL_KINDS, "positional", self.positional, f"choose one of {POSITIONAL_KINDS}")
+        validate(self.activation in ACTIVATIONS, "activation", self.activation, f"choose one of {ACTIVATIONS}")
+        validate(self.sinusoidal_layout in SINUSOIDAL_LAYOUTS, "sinusoidal_layout", self.sinusoidal_layout,
                f"choose one of {SINUSOIDAL_LAYOUTS} ('interleaved' is the paper's, 'halves' is Marian's)")
-        _check(isinstance(self.output_bias, bool), "output_bias", self.output_bias, "use True or False")
-        _check(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "use a small positive number such as 1e-5")
+        validate(isinstance(self.output_bias, bool), "output_bias", self.output_bias, "use True or False")
+        validate(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "use a small positive number such as 1e-5")
 
     @property
     def head_dim(self) -> int:
@@ -166,24 +168,24 @@ class TrainConfig:
     keep_checkpoints: int = 5  # numbered checkpoints kept on disk for averaging (the newest N; the paper averages 5)
 
     def __post_init__(self) -> None:
-        _check(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
-        _check(self.epochs is None or self.epochs > 0, "epochs", self.epochs,
+        validate(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
+        validate(self.epochs is None or self.epochs > 0, "epochs", self.epochs,
                "use a positive number of epochs, or None for no epoch limit")
-        _check(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "use 1 or more, or None for no limit")
-        _check(self.max_minutes is None or self.max_minutes > 0, "max_minutes", self.max_minutes, "use a positive number or None")
-        _check(self.lr_factor > 0, "lr_factor", self.lr_factor, "use a positive factor (the paper uses 1.0)")
-        _check(self.warmup_steps > 0, "warmup_steps", self.warmup_steps, "use a positive number of steps (paper: 4000)")
-        _check(0.0 <= self.beta1 < 1.0, "beta1", self.beta1, "use a value in [0, 1)")
-        _check(0.0 <= self.beta2 < 1.0, "beta2", self.beta2, "use a value in [0, 1)")
-        _check(self.adam_eps > 0, "adam_eps", self.adam_eps, "use a small positive number such as 1e-9")
-        _check(0.0 <= self.label_smoothing < 1.0, "label_smoothing", self.label_smoothing, "use a value in [0, 1)")
-        _check(self.grad_clip is None or self.grad_clip > 0, "grad_clip", self.grad_clip, "use a positive norm or None")
-        _check(self.accum_steps >= 1, "accum_steps", self.accum_steps, "use 1 or more")
-        _check(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
-        _check(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
-        _check(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")
-        _check(self.precision in PRECISIONS, "precision", self.precision, f"choose one of {PRECISIONS}")
-        _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints,
+        validate(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "use 1 or more, or None for no limit")
+        validate(self.max_minutes is None or self.max_minutes > 0, "max_minutes", self.max_minutes, "use a positive number or None")
+        validate(self.lr_factor > 0, "lr_factor", self.lr_factor, "use a positive factor (the paper uses 1.0)")
+        validate(self.warmup_steps > 0, "warmup_steps", self.warmup_steps, "use a positive number of steps (paper: 4000)")
+        validate(0.0 <= self.beta1 < 1.0, "beta1", self.beta1, "use a value in [0, 1)")
+        validate(0.0 <= self.beta2 < 1.0, "beta2", self.beta2, "use a value in [0, 1)")
+        validate(self.adam_eps > 0, "adam_eps", self.adam_eps, "use a small positive number such as 1e-9")
+        validate(0.0 <= self.label_smoothing < 1.0, "label_smoothing", self.label_smoothing, "use a value in [0, 1)")
+        validate(self.grad_clip is None or self.grad_clip > 0, "grad_clip", self.grad_clip, "use a positive norm or None")
+        validate(self.accum_steps >= 1, "accum_steps", self.accum_steps, "use 1 or more")
+        validate(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
+        validate(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
+        validate(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")
+        validate(self.precision in PRECISIONS, "precision", self.precision, f"choose one of {PRECISIONS}")
+        validate(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints,
                "keep 1 or more numbered checkpoints (5 for the paper's averaging)")
 
     def check_budget(self) -> None:
@@ -192,84 +194,6 @@ class TrainConfig:
         if self.epochs is None and self.max_steps is None and self.max_minutes is None:
             raise ConfigError("training needs a budget, or nothing would end it: set epochs (--epochs N), max_steps "
                               "(--max-steps N) or max_minutes (--max-minutes M); the first one reached stops the run")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """One training run of a translator, everything ``workbench train`` takes: data, tokenizer, model and recipe.
-
-    The command's options are made from these fields and :class:`TrainConfig`'s (help text: the comment on each
-    field); :func:`workbench.pipeline.train_translation` takes the dataclass as is. A run needs a budget (see
-    :meth:`TrainConfig.check_budget`): epochs, optimizer steps or minutes.
-    """
-
-    # data
-    src: str = "de"  # source language (Multi30k: en de fr cs)
-    tgt: str = "en"  # target language
-    data_dir: str | None = None  # local Multi30k folder (None: $WORKBENCH_MULTI30K or the download cache)
-    limit: int | None = None  # use only the first N training pairs (None: all)
-    train_src: str | None = None  # your own training source file (one sentence a line), instead of Multi30k
-    train_tgt: str | None = None  # your own training target file, aligned with train_src
-    val_src: str | None = None  # your own validation source file
-    val_tgt: str | None = None  # your own validation target file, aligned with val_src
-    # tokenizer
-    vocab_size: int = 8000  # joint BPE vocabulary size (one vocabulary for source and target)
-    # model
-    arch: str = "transformer"  # architecture, a name of workbench/model/registry.py ("rnn": the GRU baseline)
-    preset: str = "small"  # model size, a name of config.PRESETS (the GRU takes its width, dropout and max_len)
-    dropout: float | None = None  # P_drop instead of the preset's (None: the preset's, 0.1 in the paper's presets)
-    # training
-    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)  # the training recipe and its budget
-
-    def __post_init__(self) -> None:
-        for name in ("src", "tgt"):
-            value = getattr(self, name)
-            _check(isinstance(value, str) and value != "", name, value, "name a language, such as 'de' or 'en'")
-        _check(self.limit is None or (isinstance(self.limit, int) and self.limit >= 1), "limit", self.limit,
-               "use 1 or more pairs, or None for all")
-        for side in ("train", "val"):
-            src_file, tgt_file = getattr(self, f"{side}_src"), getattr(self, f"{side}_tgt")
-            _check((src_file is None) == (tgt_file is None), f"{side}_src/{side}_tgt", (src_file, tgt_file),
-                   "give both the source and the target file of your own parallel data, or neither")
-        _check(isinstance(self.vocab_size, int) and self.vocab_size > 0, "vocab_size", self.vocab_size,
-               "use a positive vocabulary size such as 8000")
-        _check(self.dropout is None or _is_probability(self.dropout), "dropout", self.dropout,
-               "use a probability in [0, 1), such as 0.1 or 0.3, or None for the preset's")
-        own = {f.name for f in dataclasses.fields(self)}
-        for name, allowed in self.choices().items():
-            if name in own:  # the recipe's (precision) are checked by TrainConfig
-                _check(getattr(self, name) in allowed, name, getattr(self, name), f"choose one of {allowed}")
-        _check(isinstance(self.train, TrainConfig), "train", type(self.train).__name__, "pass a TrainConfig")
-        self.train.check_budget()
-
-    @staticmethod
-    def choices() -> dict[str, list[str]]:
-        """The allowed values of the fields that have a fixed set: the architectures, the presets, the precisions."""
-        from workbench.model.registry import architectures
-
-        return {"arch": architectures(), "preset": list(PRESETS), "precision": list(PRECISIONS)}
-
-    @classmethod
-    def flat_fields(cls) -> list[dataclasses.Field]:
-        """The run's own fields, then :class:`TrainConfig`'s: the one flat namespace of the command line."""
-        return [f for f in dataclasses.fields(cls) if f.name != "train"] + list(dataclasses.fields(TrainConfig))
-
-    @classmethod
-    def from_flat(cls, **values: Any) -> RunConfig:
-        """A run from flat names (the run's fields and :class:`TrainConfig`'s); the ones not given keep their
-        defaults."""
-        own = {f.name for f in dataclasses.fields(cls)} - {"train"}
-        recipe = {f.name for f in dataclasses.fields(TrainConfig)}
-        unknown = sorted(set(values) - own - recipe)
-        if unknown:
-            raise ConfigError(f"unknown run settings {unknown}: known are {sorted(own | recipe)}")
-        train = TrainConfig(**{k: v for k, v in values.items() if k in recipe})
-        return cls(**{k: v for k, v in values.items() if k in own}, train=train)
-
-    def to_flat(self) -> dict[str, Any]:
-        """The inverse of :meth:`from_flat`."""
-        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
-        return {**flat, **dataclasses.asdict(self.train)}
 
 
 def field_docs(cls: type) -> dict[str, tuple[str, str]]:

@@ -13,6 +13,9 @@ from typing import Any
 from torch import nn
 
 from workbench.errors import CheckpointError, ConfigError
+from workbench.model.config import ModelConfig, preset
+from workbench.model.rnn import RNNConfig, RNNSeq2Seq, build_rnn
+from workbench.model.transformer import Transformer, build_model
 
 
 @dataclass(frozen=True)
@@ -26,16 +29,11 @@ class Architecture:
 
 def _transformer_from_preset(name: str, **overrides: Any) -> Any:
     """The preset, with one matrix for both embeddings and the output (the pipeline's vocabulary is joint)."""
-    from workbench.model.config import preset
-
     return preset(name, tie_src_tgt=True, **overrides)
 
 
 def _rnn_from_preset(name: str, **overrides: Any) -> Any:
     """Two GRU layers as wide as the preset's model, with its dropout and maximum length."""
-    from workbench.model.config import preset
-    from workbench.model.rnn import RNNConfig
-
     base = preset(name)
     cfg = RNNConfig(d_model=base.d_model, n_layers=2, dropout=base.dropout, max_len=base.max_len)
     known = {f.name for f in dataclasses.fields(RNNConfig)}
@@ -45,10 +43,6 @@ def _rnn_from_preset(name: str, **overrides: Any) -> Any:
 
 
 def _registry() -> dict[str, Architecture]:
-    from workbench.model.config import ModelConfig
-    from workbench.model.rnn import RNNConfig, RNNSeq2Seq, build_rnn
-    from workbench.model.transformer import Transformer, build_model
-
     return {
         "transformer": Architecture("transformer", ModelConfig, build_model, Transformer, _transformer_from_preset),
         "rnn": Architecture("rnn", RNNConfig, build_rnn, RNNSeq2Seq, _rnn_from_preset),

@@ -360,8 +360,8 @@ def padding_fractions(tokenizer: Any, pairs: list[tuple[str, str]], max_tokens: 
 def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
     """End-to-end training tokens/s on Multi30k batches through ``fit`` (one pass over a slice of the train split)."""
     from workbench.errors import DataError
-    from workbench.model.config import RunConfig
     from workbench.translation.data import load_multi30k
+    from workbench.translation.run import RunConfig
     from workbench.translation.tokenizer import SubwordTokenizer
     from workbench.translation.train import fit
 

@@ -13,9 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.tools.run_options import add_run_options, run_config_from_args
+from workbench.translation.decode import DECODING
 
 log = logging.getLogger("workbench")
 
@@ -166,7 +167,8 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
     if args.action == "build":
         card = release.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
                                      title=args.title, summary=args.summary, commit=args.commit, budget=args.budget,
-                                     threads=args.threads, data_dir=args.data_dir, average=tuple(args.average))
+                                     threads=args.threads, data_dir=args.data_dir, average=tuple(args.average),
+                                     recipe=args.recipe)
         print(json.dumps(card["bleu"], indent=2))
         return 0
     if args.action == "reproduce":
@@ -189,7 +191,7 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
         built = release.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
                                       title=card["title"], summary=card["summary"],
                                       budget=card["training"].get("budget", ""), data_dir=args.data_dir,
-                                      average=tuple(card.get("average_windows", [5])))
+                                      average=tuple(card.get("average_windows", [5])), recipe=card.get("recipe"))
         print(json.dumps({"yours": built["bleu"], "shipped": card["bleu"]}, indent=2))
         return 0
     return 2
@@ -294,89 +296,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------------------------
-# Older spellings of run options, kept because commands in the book's command-line page and the shipped models'
-# cards use them.
-OPTION_ALIASES = {"warmup_steps": ["--warmup"]}
-
-
-def _option(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _optional(kind: type) -> Any:
-    """An argparse type for an ``X | None`` field: ``none`` gives None, anything else ``kind(text)``."""
-    def convert(text: str) -> Any:
-        return None if text.lower() == "none" else kind(text)
-
-    convert.__name__ = f"{kind.__name__} or none"
-    return convert
-
-
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """One option per field of :class:`~workbench.config.RunConfig` and of its :class:`~workbench.config.TrainConfig`,
-    grouped as the classes are; help text, type, default and choices all come from the dataclasses."""
-    import types
-    import typing
-
-    from workbench.model.config import RunConfig, TrainConfig, field_docs
-
-    docs = {**field_docs(RunConfig), **{k: ("training", v[1]) for k, v in field_docs(TrainConfig).items()}}
-    hints = {**typing.get_type_hints(RunConfig), **typing.get_type_hints(TrainConfig)}
-    choices = RunConfig.choices()
-    defaults = {f.name: f.default for f in RunConfig.flat_fields()}  # (RunConfig() itself has no budget)
-    groups: dict[str, Any] = {}
-    for f in RunConfig.flat_fields():
-        section, comment = docs.get(f.name, ("", ""))
-        group = groups.setdefault(section, parser.add_argument_group(section) if section else parser)
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        optional = isinstance(hint, types.UnionType) and type(None) in args
-        kind = next(a for a in args if a is not type(None)) if optional else hint
-        kw: dict[str, Any] = {"default": defaults[f.name], "dest": f.name,
-                              "help": comment.replace("%", "%%") + " (default: %(default)s)"}
-        if kind is bool:
-            kw["action"] = argparse.BooleanOptionalAction
-        else:
-            kw["type"] = _optional(kind) if optional else kind
-            kw["metavar"] = "NAME" if f.name in choices else f.name.upper()
-        if f.name in choices:
-            kw["choices"] = choices[f.name]
-        group.add_argument(_option(f.name), *OPTION_ALIASES.get(f.name, []), **kw)
-
-
-def run_config_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~workbench.config.RunConfig` that the options of :func:`add_run_options` describe (validated)."""
-    from workbench.model.config import RunConfig
-
-    return RunConfig.from_flat(**{f.name: getattr(args, f.name) for f in RunConfig.flat_fields()})
-
-
-def run_argv(run: Any) -> list[str]:
-    """The options that give ``run`` (a :class:`~workbench.config.RunConfig`) on the command line: the data,
-    tokenizer and model settings that are set, and every field that differs from its default."""
-    import dataclasses
-
-    from workbench.model.config import RunConfig
-
-    own = {f.name for f in dataclasses.fields(RunConfig)} - {"train"}
-    defaults = {f.name: f.default for f in RunConfig.flat_fields()}
-    argv: list[str] = []
-    for name, value in run.to_flat().items():
-        if value == defaults[name] and (name not in own or value is None):
-            continue
-        if isinstance(value, bool):
-            argv.append(_option(name) if value else "--no-" + _option(name)[2:])
-        else:
-            argv += [_option(name), "none" if value is None else str(value)]
-    return argv
-
-
 JOBS_HELP = ("notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or "
              "$WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
 PRECISION_HELP = ("number format of decoding: auto (bf16 on CUDA, and on a CPU with bf16 matrix units where a short "
                   "probe measures it faster; fp32 otherwise), fp32, or bf16 (an error on a CPU without bf16 support) "
                   "(default: auto)")
-ALPHA_HELP = "beam search length penalty (default: the one a shipped model's card chose on val, else 0.6)"
+ALPHA_HELP = (f"beam search length penalty (default: the one a shipped model's card chose on val, else "
+              f"{DECODING.alpha})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    from workbench.model.config import PRECISIONS, PRESETS, RunConfig
+    from workbench.model.config import PRECISIONS, PRESETS
+    from workbench.translation.run import RECIPES, RunConfig
 
     p = sub.add_parser("info", help="build a model from a preset and print its summary")
     p.add_argument("--preset", default=RunConfig.preset, choices=list(PRESETS))
@@ -393,17 +320,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("train", help="train a translator on Multi30k (or your own parallel text)",
-                       description="Train a translator. The options are the fields of workbench.config.RunConfig "
+                       description="Train a translator. The options are the fields of workbench.translation.run.RunConfig "
                                    "and TrainConfig. Give a budget: --epochs, --max-steps or --max-minutes (the "
                                    "first one reached stops the run; there is no epoch limit unless --epochs is given).")
     p.add_argument("--out", required=True, help="run folder for checkpoints, tokenizer and history")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--recipe", choices=list(RECIPES), default=None,
+                   help="start from this named run of workbench.translation.run.RECIPES (cpu-small: the shipped "
+                        "small-de-en's); the options given beside it change only the fields they name")
     add_run_options(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("translate", help="translate sentences given as arguments, or one a line on stdin")
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
-    p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+    p.add_argument("--beam", type=int, default=DECODING.beam, help="beam size (1 = greedy)")
     p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto", choices=list(PRECISIONS), help=PRECISION_HELP)
@@ -414,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run folder, or shipped model name (small-de-en)")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--beam", type=int, default=DECODING.beam, help="beam size (1 = greedy)")
     p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     p.add_argument("--limit", type=int, default=None, help="evaluate on the first N sentences only")
     p.add_argument("--device", default="auto")
@@ -502,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--commit", default="", help="commit of the code that trained the run")
     q.add_argument("--budget", default="", help="the training budget, in words, for the card")
     q.add_argument("--threads", type=int, default=None, help="CPU threads the run used")
+    q.add_argument("--recipe", default=None, choices=list(RECIPES), help="the named recipe the run trained (for the card)")
     q.add_argument("--average", type=int, nargs="+", default=[5], metavar="K",
                    help="candidate averages of the last K step snapshots, chosen on val with the last checkpoint "
                         "(train with --keep-checkpoints at least the largest K)")
@@ -529,9 +460,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the parsed command line. With ``train --recipe NAME`` the recipe's fields are the defaults
+    of the run options, so the options given beside it override only the fields they name."""
+    from workbench.translation.run import RECIPES
+
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--recipe", default=None)
+    name = pre.parse_known_args(argv)[0].recipe
+    if name in RECIPES:  # an unknown name is refused by the train parser's choices
+        _subparser(parser, "train").set_defaults(**RECIPES[name].to_flat())
+    return parser, parser.parse_args(argv)
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    return next(a for a in parser._actions if a.dest == "command").choices[name]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, args = parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

@@ -32,6 +32,7 @@ from workbench.tools.provenance import hardware_line, provenance
 from workbench.translation.checkpoint import average_last, load_model, step_checkpoints, unwrap_model
 from workbench.translation.data import load_multi30k
 from workbench.translation.data import sha256 as sha256_file
+from workbench.translation.decode import DECODING
 from workbench.translation.pipeline import score
 from workbench.translation.shipped import (
     FILES,
@@ -116,6 +117,8 @@ def render_card(card: dict[str, Any]) -> str:
         f"(or `workbench pretrained reproduce {card['name']} --out DIR`; `build` also chooses the length penalty)"
         + (f"; these weights were built before `build` chose the length penalty, which "
            f"`{card['reproduce']['decode']}` then chose" if card["reproduce"].get("decode") else ""),
+        *([f"- recipe: `{card['recipe']}`, a named run of `workbench.translation.run.RECIPES` "
+           f"(`workbench train --recipe {card['recipe']}`)"] if card.get("recipe") else []),
         f"- commit: {card.get('commit')}",
         f"- hardware: {card.get('hardware')}",
         f"- wall time: {t.get('minutes')} min training ({t.get('stopped_reason')}), {t.get('steps')} steps, "
@@ -174,7 +177,7 @@ def _score_alphas(model: nn.Module, tokenizer: Any, val: list[tuple[str, str]],
     """:func:`score` of beam 4 on ``val`` for every alpha, keyed by ``f"{alpha:g}"``."""
     by_alpha = {}
     for alpha in alphas:
-        by_alpha[f"{alpha:g}"] = score(model, tokenizer, val, beam=4, alpha=alpha)
+        by_alpha[f"{alpha:g}"] = score(model, tokenizer, val, beam=DECODING.beam, alpha=alpha)
         log.info("val beam-4 sacreBLEU with alpha %g: %.2f", alpha, by_alpha[f"{alpha:g}"]["bleu"])
     return by_alpha
 
@@ -201,9 +204,9 @@ def score_val_and_test(model: nn.Module, tokenizer: Any, val: list[tuple[str, st
     scores = {
         "val": {"greedy": score(model, tokenizer, val, 1), "beam4": val_beam[f"{alpha:g}"]},
         "test_2016_flickr": {"greedy": score(model, tokenizer, test, 1),
-                             "beam4": score(model, tokenizer, test, 4, alpha=alpha)},
+                             "beam4": score(model, tokenizer, test, DECODING.beam, alpha=alpha)},
     }
-    decoding = {"beam": 4, "alpha": alpha, "chosen_on": "val",
+    decoding = {"beam": DECODING.beam, "alpha": alpha, "chosen_on": "val",
                 "val_beam4_bleu_by_alpha": by_alpha,
                 "note": "beam 4 with the GNMT length penalty ((5 + length) / 6) ** alpha; alpha chosen on val among "
                         f"{', '.join(f'{a:g}' for a in LENGTH_PENALTIES)}, test decoded once with it"}
@@ -259,12 +262,14 @@ def choose_weights_on_val(run_dir: str | Path, val: list[tuple[str, str]], avera
 
 def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_command: str, title: str,
                   summary: str, commit: str = "", budget: str = "", threads: int | None = None,
-                  data_dir: str | Path | None = None, average: int | tuple[int, ...] = 5) -> dict[str, Any]:
+                  data_dir: str | Path | None = None, average: int | tuple[int, ...] = 5,
+                  recipe: str | None = None) -> dict[str, Any]:
     """Choose the run's weights on val, write the shipped files and the card with val and test scores.
 
     The weights are chosen by :func:`choose_weights_on_val` (the last checkpoint or an average of the last k step
     snapshots for each k in ``average``, float16 as shipped, greedy on the whole validation set). Then the beam-4
     length penalty is chosen on val (:func:`choose_length_penalty`). Test is scored once, after both choices.
+    ``recipe``: the name in :data:`workbench.translation.run.RECIPES` of the run's recipe, recorded in the card.
     """
     record = provenance()  # the code that builds, read before the long work
     run = Path(run_dir)
@@ -297,6 +302,7 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
         "scores": scores,
         "signature": scores["test_2016_flickr"]["beam4"]["signature"],
         "decoding": decoding,
+        "recipe": recipe,
         "weights_chosen": chosen,
         "average_windows": windows,
         "val_choice": {k: {"val_greedy_bleu": v} for k, v in choice.items()},

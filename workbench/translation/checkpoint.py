@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import pickle
 import random
 import re
-import tempfile
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from workbench.errors import CheckpointError
+from workbench.translation.files import atomic_write
+from workbench.translation.tokenizer import tokenizer_from_json
 
 log = logging.getLogger(__name__)
 
@@ -31,63 +31,6 @@ FORMAT = "attention-workbench/1"
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     return getattr(model, "module", getattr(model, "_orig_mod", model))
-
-
-def _umask() -> int:
-    """The process's file-creation mask, read without changing it (Linux ``/proc``), else the usual 0o022."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename inside ``folder`` durable; file systems that cannot fsync a folder (Windows) are skipped."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
-    """Write a file so that ``path`` holds either its previous content or the complete new one, even after a
-    crash or a power loss. Every file the workbench writes goes through here.
-
-    ``write(f)`` fills a temporary file in the same folder; it is flushed and fsynced, renamed over ``path``
-    (``os.replace``: atomic within one file system), then the folder is fsynced so that the rename itself is on
-    disk. The file gets the usual permissions (0o666 minus the umask), not the temporary file's 0o600.
-    On any error the temporary file is removed, ``path`` is untouched, and the error propagates.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
-    """:func:`atomic_write` for text (JSON summaries, histories, tokenizers)."""
-    data = text.encode(encoding)
-    return atomic_write(path, lambda f: f.write(data))
 
 
 def rng_state() -> dict[str, Any]:
@@ -218,8 +161,6 @@ def load_state(model: nn.Module, state_dict: dict[str, torch.Tensor], source: st
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any, dict[str, Any]]:
     """Rebuild model and tokenizer from a checkpoint; returns (model in eval mode, tokenizer, checkpoint dict)."""
-    from workbench.translation.tokenizer import tokenizer_from_json
-
     state = load_checkpoint(path)
     model = build_from_checkpoint(state)
     load_state(model, state["model"], source=str(path))

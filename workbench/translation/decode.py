@@ -1,7 +1,9 @@
 """Decoding: batched greedy search and beam search with the paper's settings, both key/value-cache aware.
 
 Paper section 6.1: beam size 4, length penalty alpha = 0.6, maximum output length = input length + 50,
-stopping early when possible. The length penalty is GNMT's, lp(Y) = ((5 + |Y|) / 6) ** alpha.
+stopping early when possible. The length penalty is GNMT's, lp(Y) = ((5 + |Y|) / 6) ** alpha. These settings are
+:data:`DECODING` (a :class:`DecodeConfig`), the one place every default of decoding comes from: here, in the
+command line, the pipeline and the shipped models' cards.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from workbench.errors import DecodingError, InputTextError
+from workbench.model.config import validate
 from workbench.runtime import Precision, autocast, choose_precision
 
 log = logging.getLogger(__name__)
@@ -30,6 +34,25 @@ class Seq2Seq(Protocol):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, cache: Any = None) -> Tensor: ...
     def init_cache(self, memory: Tensor | None = None, src_mask: Tensor | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to decode: the paper's settings (section 6.1) by default."""
+
+    beam: int = 4  # beam size (1: greedy search)
+    alpha: float = 0.6  # GNMT length penalty exponent, lp(Y) = ((5 + |Y|) / 6) ** alpha (0: no penalty)
+    max_extra: int = 50  # output budget beyond the source length, in tokens (the paper's "input length + 50")
+
+    def __post_init__(self) -> None:
+        validate(isinstance(self.beam, int) and self.beam >= 1, "beam", self.beam, "use 1 (greedy) or more (paper: 4)")
+        validate(isinstance(self.alpha, (int, float)) and self.alpha >= 0, "alpha", self.alpha,
+                 "use 0 or more (paper: 0.6)")
+        validate(isinstance(self.max_extra, int) and self.max_extra >= 0, "max_extra", self.max_extra,
+                 "use 0 or more tokens (paper: 50)")
+
+
+DECODING = DecodeConfig()  # the defaults of every decoding function, command and card
 
 
 def length_penalty(length: Tensor, alpha: float) -> Tensor:
@@ -108,7 +131,7 @@ def _check_src(model: Seq2Seq, src: Tensor) -> None:
 
 
 @torch.no_grad()
-def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3, max_extra: int = 50,
+def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3, max_extra: int = DECODING.max_extra,
                   max_len: int | None = None, use_cache: bool = True,
                   on_step: Callable[[int, Tensor, Tensor], None] | None = None) -> Tensor:
     """Pick the most probable token at every step, for a whole batch at once.
@@ -151,11 +174,11 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
 def beam_search(
     model: Seq2Seq,
     src: Tensor,
-    beam: int = 4,
-    alpha: float = 0.6,
+    beam: int = DECODING.beam,
+    alpha: float = DECODING.alpha,
     bos_id: int = 2,
     eos_id: int = 3,
-    max_extra: int = 50,
+    max_extra: int = DECODING.max_extra,
     max_len: int | None = None,
     use_cache: bool = True,
     return_scores: bool = False,
@@ -337,7 +360,7 @@ def _model_device(model: Seq2Seq, device: str | torch.device | None) -> torch.de
 
 
 @torch.no_grad()
-def decoding_precision(model: Seq2Seq, tokenizer: Any, sentences: Sequence[str], beam: int = 4,
+def decoding_precision(model: Seq2Seq, tokenizer: Any, sentences: Sequence[str], beam: int = DECODING.beam,
                        precision: str | Precision = "auto", device: str | torch.device | None = None) -> Precision:
     """The number format :func:`translate` decodes ``sentences`` in (:func:`workbench.runtime.choose_precision`).
 
@@ -370,10 +393,10 @@ def translate(
     model: Seq2Seq,
     tokenizer: Any,
     sentences: Sequence[str],
-    beam: int = 4,
-    alpha: float = 0.6,
+    beam: int = DECODING.beam,
+    alpha: float = DECODING.alpha,
     batch_size: int = 64,
-    max_extra: int = 50,
+    max_extra: int = DECODING.max_extra,
     device: str | torch.device | None = None,
     use_cache: bool = True,
     progress: bool = False,

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from workbench.errors import ConfigError, DataError
-from workbench.model.config import RunConfig
+from workbench.translation.decode import DECODING
+from workbench.translation.run import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,10 @@ def build_translator(arch: str, preset_name: str, vocab_size: int, pad_id: int, 
     return build_from_preset(arch, preset_name, vocab_size, vocab_size, pad_id, **overrides)
 
 
-def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/small", resume: bool = False,
-                      **settings: Any) -> dict[str, Any]:
+def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume: bool = False) -> dict[str, Any]:
     """Train the translator ``run`` describes and write its run folder to ``out_dir``; returns a summary (also saved
     as ``summary.json``). ``resume=True`` continues the run in ``out_dir`` from its ``last.pt``.
 
-    Instead of ``run``, its settings may be given as keywords (:meth:`RunConfig.from_flat`: the fields of
-    :class:`RunConfig` and :class:`TrainConfig`, and ``preset_name`` for ``preset``), as earlier versions took them.
     Under ``torchrun`` every rank returns the summary and only rank 0 writes files (checkpoints and the summary).
     """
     from workbench.runtime import set_seed
@@ -63,12 +61,9 @@ def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/
     from workbench.translation.tokenizer import SubwordTokenizer
     from workbench.translation.train import fit
 
-    if run is None:
-        if "preset_name" in settings:
-            settings["preset"] = settings.pop("preset_name")
-        run = RunConfig.from_flat(**settings)
-    elif settings:
-        raise ConfigError(f"pass the run as a RunConfig or as keywords, not both (got {sorted(settings)} besides it)")
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"train_translation takes a RunConfig, got {type(run).__name__}: build one with "
+                          "RunConfig.from_flat(...) or workbench.recipe('cpu-small', ...)")
     cfg = run.train
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,9 +106,9 @@ def train_translation(run: RunConfig | None = None, out_dir: str | Path = "runs/
     return summary
 
 
-def score(model: torch.nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int = 1, alpha: float = 0.6,
-          device: str | torch.device = "cpu", keep_hypotheses: bool = False, precision: str | Any = "fp32",
-          ) -> dict[str, Any]:
+def score(model: torch.nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int = 1,
+          alpha: float = DECODING.alpha, device: str | torch.device = "cpu", keep_hypotheses: bool = False,
+          precision: str | Any = "fp32") -> dict[str, Any]:
     """The one scoring function: sacreBLEU (with its signature), chrF and tokenized lower-cased BLEU of a model's
     translations of ``pairs`` (greedy for ``beam=1``, else beam search with length penalty ``alpha``).
 
@@ -145,7 +140,7 @@ def evaluate_checkpoint(
     checkpoint: str | Path,
     split: str = "test_2016_flickr",
     data_dir: str | Path | None = None,
-    beam: int = 4,
+    beam: int = DECODING.beam,
     alpha: float | None = None,
     limit: int | None = None,
     device: str = "auto",
@@ -156,7 +151,8 @@ def evaluate_checkpoint(
 ) -> dict[str, Any]:
     """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split.
 
-    ``alpha``: beam search's length penalty; None takes a shipped model's card's (chosen on val), else 0.6.
+    ``alpha``: beam search's length penalty; None takes a shipped model's card's (chosen on val), else
+    :data:`~workbench.translation.decode.DECODING`'s.
     ``precision``: the decoding's number format, ``"fp32"`` (the cards' scores), ``"bf16"`` or ``"auto"``
     (:func:`workbench.translation.decode.translate`); the result says which ran and why.
     """
@@ -206,28 +202,14 @@ def _package_version() -> str:
     return __version__
 
 
-def get_translator(
-    cache_dir: str | Path | None = None,
-    preset_name: str = RunConfig.preset,
-    src: str = RunConfig.src,
-    tgt: str = RunConfig.tgt,
-    minutes: float | None = 5.0,
-    limit: int | None = None,
-    vocab_size: int = RunConfig.vocab_size,
-    arch: str = RunConfig.arch,
-    seed: int = 0,
-    checkpoint: str | Path | None = None,
-    data_dir: str | Path | None = None,
-    max_steps: int | None = None,
-    **train_overrides: Any,
-) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+def get_translator(run: RunConfig | None = None, cache_dir: str | Path | None = None,
+                   checkpoint: str | Path | None = None) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
     """A trained translator for the notebooks: from ``checkpoint`` if given, else from a cache folder, else
-    trained now (and cached). Returns (model in eval mode, tokenizer, checkpoint dict).
+    trained now as ``run`` says (and cached). Returns (model in eval mode, tokenizer, checkpoint dict).
 
-    The budget is ``max_steps`` optimizer steps (the same model on every machine) and/or ``minutes`` of wall-clock
-    time; give at least one (there is no epoch limit). ``train_overrides`` are :class:`TrainConfig` fields. The
-    cache folder is keyed by the settings, the package version and a hash of the training code
-    (:func:`training_code_fingerprint`), so a model trained by older code is never reused.
+    Give ``run`` a step budget (``max_steps``: the same model on every machine) and no wall-clock one unless you
+    mean it. The cache folder is keyed by the run's settings (its data folder aside), the package version and a
+    hash of the training code (:func:`training_code_fingerprint`), so a model trained by older code is never reused.
     """
     import hashlib
 
@@ -237,22 +219,18 @@ def get_translator(
 
     if checkpoint:
         return load_model(checkpoint)
-    if minutes is None and max_steps is None:
-        raise ConfigError("get_translator needs a budget: pass max_steps (optimizer steps) or minutes, or both")
-    # the lessons' models train in fp32 unless asked: the same model on every machine, whatever its bf16 units
-    train_overrides.setdefault("precision", "fp32")
-    run_cfg = RunConfig.from_flat(preset=preset_name, src=src, tgt=tgt, limit=limit, vocab_size=vocab_size, arch=arch,
-                                  data_dir=data_dir, epochs=None, max_minutes=minutes, max_steps=max_steps, seed=seed,
-                                  **train_overrides)
-    settings = dict(preset=preset_name, src=src, tgt=tgt, minutes=minutes, max_steps=max_steps, limit=limit,
-                    vocab=vocab_size, arch=arch, seed=seed, **train_overrides)
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"get_translator needs a RunConfig (run=...) or a checkpoint, got run={run!r}: e.g. "
+                          "RunConfig.from_flat(preset='tiny', max_steps=150)")
+    settings = {k: v for k, v in run.to_flat().items() if k != "data_dir"}  # where the data lies is not the model
     identity = dict(settings, version=_package_version(), code=training_code_fingerprint())
     key = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
     root = Path(cache_dir) if cache_dir else Path(os.environ.get("WORKBENCH_CACHE", user_cache_dir("attention-workbench")))
-    run = root / "models" / f"{arch}-{preset_name}-{src}{tgt}-{key}"
-    if not (run / "last.pt").exists():
-        log.info("training %s into %s (budget: %s steps, %s minutes)", arch, run, max_steps, minutes)
-        train_translation(run=run_cfg, out_dir=run)
-    model, tokenizer, state = load_model(run / "last.pt")
-    state["run_dir"] = str(run)
+    folder = root / "models" / f"{run.arch}-{run.preset}-{run.src}{run.tgt}-{key}"
+    if not (folder / "last.pt").exists():
+        log.info("training %s into %s (budget: %s steps, %s minutes)", run.arch, folder, run.train.max_steps,
+                 run.train.max_minutes)
+        train_translation(run, out_dir=folder)
+    model, tokenizer, state = load_model(folder / "last.pt")
+    state["run_dir"] = str(folder)
     return model, tokenizer, state

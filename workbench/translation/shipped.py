@@ -21,12 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_model as load_safetensors
 from torch import nn
 
 from workbench.errors import CheckpointError
+from workbench.model.registry import build_from_config
+from workbench.translation.checkpoint import load_model
 from workbench.translation.data import (
     sha256 as sha256_file,  # one SHA-256 reader for data files and shipped models
 )
+from workbench.translation.decode import DECODING
+from workbench.translation.tokenizer import tokenizer_from_json
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +90,6 @@ def verify_pretrained(name: str, root: str | Path | None = None) -> dict[str, An
 
 
 def _build(config: dict[str, Any]) -> nn.Module:
-    from workbench.model.registry import build_from_config
-
     return build_from_config(config["arch"], config["model_cfg"], config["src_vocab_size"], config["tgt_vocab_size"],
                              config["pad_id"])
 
@@ -129,15 +132,11 @@ def pretrained(name: str = "small-de-en", device: str | torch.device = "cpu",
 
 def load_folder(folder: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any]:
     """Model (eval mode, float32) and tokenizer from a folder in the shipped layout, without hash checks."""
-    from safetensors.torch import load_model
-
-    from workbench.translation.tokenizer import tokenizer_from_json
-
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     model = _build(config)
     # the file holds float16 tensors; load_state_dict copies them into the float32 parameters
-    missing, unexpected = load_model(model, str(folder / "model.safetensors"), strict=False)
+    missing, unexpected = load_safetensors(model, str(folder / "model.safetensors"), strict=False)
     if missing or unexpected:
         raise PretrainedError(f"{folder / 'model.safetensors'} does not fit its config.json (missing {missing[:3]}, "
                               f"unexpected {unexpected[:3]})")
@@ -151,8 +150,6 @@ def load_any(spec: str | Path, device: str | torch.device = "cpu") -> tuple[nn.M
         model, tokenizer, card = pretrained(str(spec), device=device)
         return model, tokenizer, {"card": card, "extra": {"src_lang": card["src_lang"], "tgt_lang": card["tgt_lang"]},
                                   "source": str(spec)}
-    from workbench.translation.checkpoint import load_model
-
     path = resolve_checkpoint(spec)
     model, tokenizer, state = load_model(path, device=device)
     state["source"] = str(path)
@@ -161,12 +158,13 @@ def load_any(spec: str | Path, device: str | torch.device = "cpu") -> tuple[nn.M
 
 # -- decoding settings a card records ------------------------------------------------------------------------------
 def card_alpha(card: dict[str, Any]) -> float:
-    """The beam-search length penalty a card's beam-4 scores were decoded with (0.6 for cards that predate the
-    choice on val)."""
-    return float((card.get("decoding") or {}).get("alpha", 0.6))
+    """The beam-search length penalty a card's beam-4 scores were decoded with (the paper's, :data:`DECODING`'s, for
+    cards that predate the choice on val)."""
+    return float((card.get("decoding") or {}).get("alpha", DECODING.alpha))
 
 
 def default_alpha(info: dict[str, Any]) -> float:
-    """The length penalty to decode with by default: a shipped model's card's (``load_any``'s info dict), else 0.6."""
+    """The length penalty to decode with by default: a shipped model's card's (``load_any``'s info dict), else
+    :data:`~workbench.translation.decode.DECODING`'s (the paper's 0.6)."""
     card = info.get("card")
-    return card_alpha(card) if card else 0.6
+    return card_alpha(card) if card else DECODING.alpha

@@ -30,7 +30,7 @@ from typing import Any
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from workbench.errors import CheckpointError, ConfigError, InputTextError
-from workbench.translation.checkpoint import atomic_write_text
+from workbench.translation.files import atomic_write_text
 
 SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -100,7 +100,7 @@ class _Vocab:
         return ["<bos>", *self._tokens(text, "tgt"), "<eos>"]
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to a UTF-8 file, atomically (:func:`workbench.checkpoint.atomic_write`)."""
+        """Write :meth:`to_json` to a UTF-8 file, atomically (:func:`workbench.translation.files.atomic_write`)."""
         atomic_write_text(path, self.to_json())
 
     @classmethod

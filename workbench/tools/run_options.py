@@ -1,0 +1,79 @@
+"""The options of ``workbench train``, made from :class:`~workbench.translation.run.RunConfig` and its
+:class:`~workbench.model.config.TrainConfig`: one option per field (help from the field's comment, type, default,
+choices), the run they describe (:func:`run_config_from_args`) and the way back (:func:`run_argv`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any
+
+from workbench.model.config import TrainConfig, field_docs
+from workbench.translation.run import RunConfig
+
+# Older spellings of run options, kept because commands in the book's command-line page and the shipped models'
+# cards use them.
+OPTION_ALIASES = {"warmup_steps": ["--warmup"]}
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _optional(kind: type) -> Any:
+    """An argparse type for an ``X | None`` field: ``none`` gives None, anything else ``kind(text)``."""
+    def convert(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    convert.__name__ = f"{kind.__name__} or none"
+    return convert
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """One option per field of :class:`~workbench.translation.run.RunConfig` and of its :class:`~workbench.model.config.TrainConfig`,
+    grouped as the classes are; help text, type, default and choices all come from the dataclasses."""
+    docs = {**field_docs(RunConfig), **{k: ("training", v[1]) for k, v in field_docs(TrainConfig).items()}}
+    hints = {**typing.get_type_hints(RunConfig), **typing.get_type_hints(TrainConfig)}
+    choices = RunConfig.choices()
+    defaults = {f.name: f.default for f in RunConfig.flat_fields()}  # (RunConfig() itself has no budget)
+    groups: dict[str, Any] = {}
+    for f in RunConfig.flat_fields():
+        section, comment = docs.get(f.name, ("", ""))
+        group = groups.setdefault(section, parser.add_argument_group(section) if section else parser)
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        optional = isinstance(hint, types.UnionType) and type(None) in args
+        kind = next(a for a in args if a is not type(None)) if optional else hint
+        kw: dict[str, Any] = {"default": defaults[f.name], "dest": f.name,
+                              "help": comment.replace("%", "%%") + " (default: %(default)s)"}
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = _optional(kind) if optional else kind
+            kw["metavar"] = "NAME" if f.name in choices else f.name.upper()
+        if f.name in choices:
+            kw["choices"] = choices[f.name]
+        group.add_argument(_option(f.name), *OPTION_ALIASES.get(f.name, []), **kw)
+
+
+def run_config_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~workbench.translation.run.RunConfig` that the options of :func:`add_run_options` describe (validated)."""
+    return RunConfig.from_flat(**{f.name: getattr(args, f.name) for f in RunConfig.flat_fields()})
+
+
+def run_argv(run: Any) -> list[str]:
+    """The options that give ``run`` (a :class:`~workbench.translation.run.RunConfig`) on the command line: the data,
+    tokenizer and model settings that are set, and every field that differs from its default."""
+    own = {f.name for f in dataclasses.fields(RunConfig)} - {"train"}
+    defaults = {f.name: f.default for f in RunConfig.flat_fields()}
+    argv: list[str] = []
+    for name, value in run.to_flat().items():
+        if value == defaults[name] and (name not in own or value is None):
+            continue
+        if isinstance(value, bool):
+            argv.append(_option(name) if value else "--no-" + _option(name)[2:])
+        else:
+            argv += [_option(name), "none" if value is None else str(value)]
+    return argv
