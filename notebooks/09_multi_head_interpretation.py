@@ -46,7 +46,9 @@ metrics = {}
 from workbench.translation.shipped import load_any
 from workbench.translation.data import load_multi30k
 from workbench.translation.batching import make_batch, token_batches
-from workbench.inspect.heads import head_entropy, head_confidence, positional_score, head_importance, prune_order, mask_heads
+from workbench.inspect.heads import head_entropy, head_confidence, positional_score, head_importance, prune_order
+from workbench.inspect.intervene import ablate_heads
+from workbench.inspect.pronoun import EN_PRONOUNS, english_pronouns, pronoun_attention
 from workbench.inspect.inspection import inspect_translation, to_bertviz
 from workbench.inspect.align import ibm1, ibm1_align, word_spans, word_attention, alignment_agreement
 from workbench.translation.decode import translate
@@ -90,55 +92,29 @@ for kind in ("enc_self", "dec_self", "cross"):
 # puts on the antecedent's subword tokens, against the share uniform attention over the source would give them.
 
 # %%
-EN_PRONOUNS = {"he", "she", "it", "they", "him", "her"}
-def words_of(tokens):
-    """Word index of every subword token (-1 for specials) and the words, lower-cased without punctuation."""
-    spans, words = word_spans(tokens), {}
-    for t, w in zip(tokens, spans):
-        if w >= 0:
-            words[w] = words.get(w, "") + t.replace("▁", "")
-    return spans, [words[w].strip(".,;:!?\"'").lower() for w in range(len(words))]
 for sentence in ("Der Hund rennt über die Wiese, weil er einen Ball fangen will.", PRONOUN_SENTENCE):
     translation = inspect_translation(model, tok, sentence).translation
-    found = sorted({w.strip(".,;:!?\"'").lower() for w in translation.split()} & EN_PRONOUNS) or "none"
-    print(f"{sentence}\n  -> {translation}   (English pronoun: {found})")
-pron = inspect_translation(model, tok, PRONOUN_SENTENCE)
-src_spans, src_words = words_of(pron.src_tokens)
-out_spans, out_words = words_of(pron.out_tokens)
-ante_w = src_words.index(ANTECEDENT.lower())
-pron_w = src_words.index(PRONOUN.lower(), ante_w + 1)
-ante = [i for i, w in enumerate(src_spans) if w == ante_w]             # the antecedent's subword tokens
-de_q = src_spans.index(pron_w)                                          # first subword of the German pronoun
-en_w = next((w for w, word in enumerate(out_words) if word in EN_PRONOUNS), None)
-assert en_w is not None, f"no English pronoun in {pron.translation!r}: choose a PRONOUN_SENTENCE the model renders with one"
-en_q = out_spans.index(en_w)                                            # the decoder position that emits it
-enc = torch.stack([pron.weights("enc_self", l)[:, de_q] for l in range(cfg.n_enc_layers)])   # (L, H, S)
-cross = torch.stack([pron.weights("cross", l)[:, en_q] for l in range(cfg.n_dec_layers)])   # (L, H, S)
-uniform = len(ante) / len(pron.src_tokens)          # the antecedent's share if a head spread its weight evenly
-pron_stats = {}
-for kind, w in (("enc_self", enc), ("cross", cross)):
-    on_ante = w[..., ante].sum(-1)                                      # (L, H)
-    by_word = torch.stack([w[..., [i for i, s in enumerate(src_spans) if s == k]].sum(-1)
-                           for k in range(len(src_words))], -1)         # (L, H, words)
-    top = by_word.argmax(-1)                                            # (L, H) most-read word of each head
-    l, h = divmod(int(on_ante.argmax()), on_ante.shape[1])
-    pron_stats[kind] = {"max": float(on_ante.max()), "mean": float(on_ante.mean()), "best_head": [l, h],
-                        "heads_reading_antecedent_most": int((top == ante_w).sum())}
-    query = PRONOUN if kind == "enc_self" else out_words[en_w]
+    print(f"{sentence}\n  -> {translation}   (English pronoun: {english_pronouns(translation) or 'none'})")
+reading = pronoun_attention(model, tok, PRONOUN_SENTENCE, ANTECEDENT, PRONOUN)   # stops if there is no pronoun
+pron, uniform = reading.inspection, reading.uniform
+pron_stats = {kind: reading.stats(kind) for kind in ("enc_self", "cross")}
+for kind, stat in pron_stats.items():
+    on_ante, (l, h) = reading.on_antecedent[kind], stat["best_head"]                # (L, H)
+    query = PRONOUN if kind == "enc_self" else reading.pronoun_emitted
     figures.head_stat_figure(on_ante, [f"{kind} L{i}" for i in range(on_ante.shape[0])],
                              title=f"{kind}: weight from '{query}' on '{ANTECEDENT}' (uniform: {uniform:.2f})").show()
-    print(f"{kind}: largest weight on '{ANTECEDENT}' {pron_stats[kind]['max']:.2f} (layer {l}, head {h}), mean over heads "
-          f"{pron_stats[kind]['mean']:.2f}, uniform {uniform:.2f}; heads whose most-read word is '{ANTECEDENT}': "
-          f"{pron_stats[kind]['heads_reading_antecedent_most']} of {on_ante.numel()}; most-read words: "
-          + ", ".join(sorted({src_words[i] for i in top.flatten().tolist()})))
+    most_read = sorted({reading.src_words[i] for i in reading.most_read_word[kind].flatten().tolist()})
+    print(f"{kind}: largest weight on '{ANTECEDENT}' {stat['max']:.2f} (layer {l}, head {h}), mean over heads "
+          f"{stat['mean']:.2f}, uniform {uniform:.2f}; heads whose most-read word is '{ANTECEDENT}': "
+          f"{stat['heads_reading_antecedent_most']} of {on_ante.numel()}; most-read words: " + ", ".join(most_read))
 bl, bh = pron_stats["cross"]["best_head"]
-best = pron.weights("cross", bl)[bh]                                    # (T_out, S): that head on every output token
+best = reading.best_cross_row()                                         # (T_out, S): that head on every output token
 figures.attention_heatmap(best, pron.out_tokens, pron.src_tokens,
                           title=f"cross-attention layer {bl}, head {bh}, while translating → {pron.translation}").show()
-elsewhere = float(torch.cat([best[:en_q], best[en_q + 1:]])[:, ante].sum(-1).mean())
-print(f"that head's weight on '{ANTECEDENT}': {float(best[en_q, ante].sum()):.2f} from '{out_words[en_w]}', "
-      f"{elsewhere:.2f} on average from the other output tokens")
-metrics.update(pronoun_emitted=out_words[en_w], antecedent_uniform_share=uniform,
+elsewhere = reading.antecedent_weight_elsewhere()
+print(f"that head's weight on '{ANTECEDENT}': {float(best[reading.en_query, reading.antecedent_tokens].sum()):.2f} "
+      f"from '{reading.pronoun_emitted}', {elsewhere:.2f} on average from the other output tokens")
+metrics.update(pronoun_emitted=reading.pronoun_emitted, antecedent_uniform_share=uniform,
                antecedent_max_enc=pron_stats["enc_self"]["max"], antecedent_max_cross=pron_stats["cross"]["max"],
                antecedent_best_cross_head=[bl, bh], antecedent_cross_elsewhere=elsewhere,
                heads_reading_antecedent_most_enc=pron_stats["enc_self"]["heads_reading_antecedent_most"],
@@ -170,7 +146,7 @@ stats = {}
 for b in batches:
     with wb.capture_attention(model) as cache, torch.no_grad():
         model(b.src, b.tgt_in)
-    qmask = {"enc_self": b.src != 0, "dec_self": b.tgt_in != 0, "cross": b.tgt_in != 0}
+    qmask = {"enc_self": b.src != tok.pad_id, "dec_self": b.tgt_in != tok.pad_id, "cross": b.tgt_in != tok.pad_id}
     for kind in ("enc_self", "dec_self", "cross"):
         for l in cache.layers(kind):
             w = cache[kind, l]
@@ -215,10 +191,10 @@ imp_rows = [f"{k} L{l}" for (k, l) in imp]
 figures.head_stat_figure(torch.stack(list(imp.values())), imp_rows, "head importance (per-layer normalised)").show()
 order = prune_order(raw_imp)  # global order from the raw scores, least important first
 def val_loss(masked):
-    with mask_heads(model, masked):
+    with ablate_heads(model, masked):
         return wb.train.evaluate(model, test_batches, tok.pad_id)["loss"]
 def val_bleu(masked):
-    with mask_heads(model, masked):
+    with ablate_heads(model, masked):
         return corpus_bleu(translate(model, tok, [s for s, _ in test_val], beam=1), [t for _, t in test_val]).score
 fractions = [0.0, 0.25, 0.5] if SMOKE else [0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9]
 curve = {"least important first": [], "most important first": []}

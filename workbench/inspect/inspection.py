@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from workbench.errors import InputTextError
 from workbench.inspect.capture import AttentionCache, capture_attention
-from workbench.translation.decode import beam_search, greedy_decode
+from workbench.translation.decode import DECODING, beam_search, greedy_decode
 
 
 @dataclass
@@ -46,7 +46,8 @@ class Inspection:
 
 
 @torch.no_grad()
-def inspect_translation(model: nn.Module, tokenizer: Any, sentence: str, beam: int = 1, max_extra: int = 50) -> Inspection:
+def inspect_translation(model: nn.Module, tokenizer: Any, sentence: str, beam: int = 1,
+                        max_extra: int = DECODING.max_extra) -> Inspection:
     """Translate one sentence, then run the model once more on (source, output) recording all attention."""
     if not sentence or not sentence.strip():
         raise InputTextError("type a sentence to translate (the input is empty)")

@@ -168,6 +168,19 @@ class KVCache:
             self.v = self.v.index_select(0, index)
 
 
+def _causal_from(offset: int, q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor | None:
+    """The causal mask of queries that start ``offset`` positions after the first key, combined with ``mask``
+    (a single new query may see every cached key: no mask needed).
+
+    Shapes:
+        q: (B, H, Tq, d_head), k: (B, H, offset + Tq, d_head) -> (Tq, offset + Tq) or ``mask``'s broadcast
+    """
+    if q.shape[-2] == 1:
+        return mask
+    extra = causal_mask(q.shape[-2], k.shape[-2], offset=offset, device=q.device)  # (Tq, Tk)
+    return extra if mask is None else mask & extra
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
@@ -232,29 +245,23 @@ class MultiHeadAttention(nn.Module):
             -> out (B, Tq, d_model), weights (B, H, Tq, Tk) or None
         """
         inner, inner_v = self.n_heads * self.d_head, self.n_heads * self.d_v
-        if key is None and cache is None:
+        if key is None and cache is None:  # self-attention: Q, K and V in one matrix product
             q, k, v = self._project(query, slice(None)).split([inner, inner, inner_v], dim=-1)  # (B, T, inner) x 2, (B, T, inner_v)
             q, k, v = self._split(q), self._split(k), self._split(v)  # (B, H, T, d_head), v: (B, H, T, d_v)
-        else:
+        elif cache is not None and cache.static and cache.k is not None:  # cross-attention, later steps: reuse
+            q, k, v = self._split(self._project(query, slice(0, inner))), cache.k, cache.v  # (B, H, Tq, d_head)
+        else:  # cross-attention, or a decoding step of self-attention: queries and keys from different inputs
             q = self._split(self._project(query, slice(0, inner)))  # (B, H, Tq, d_head)
-            if cache is not None and cache.static and cache.k is not None:
-                k, v = cache.k, cache.v
-            else:
-                source = query if key is None else key
-                k, v = self._project(source, slice(inner, None)).split([inner, inner_v], dim=-1)
-                k, v = self._split(k), self._split(v)  # (B, H, Tk, d_head), v: (B, H, Tk, d_v)
-                if cache is not None:
-                    if cache.static:
-                        cache.k, cache.v = k, v
-                    else:
-                        offset = cache.length
-                        k, v = cache.append(k, v)
-                        if is_causal and offset > 0:
-                            if q.shape[-2] > 1:
-                                # queries start after the cached keys: causal with an offset
-                                extra = causal_mask(q.shape[-2], k.shape[-2], offset=offset, device=q.device)
-                                mask = extra if mask is None else mask & extra
-                            is_causal = False  # a single new query may see every cached key
+            k, v = self._project(query if key is None else key, slice(inner, None)).split([inner, inner_v], dim=-1)
+            k, v = self._split(k), self._split(v)  # (B, H, Tk, d_head), v: (B, H, Tk, d_v)
+        if cache is not None and cache.static:  # cross-attention: the memory's keys, kept for the next steps
+            cache.k, cache.v = k, v
+        elif cache is not None:  # self-attention step by step: the new keys join the cached ones
+            offset = cache.length
+            k, v = cache.append(k, v)  # (B, H, offset + Tq, d_head)
+            if is_causal and offset > 0:  # the queries start after the cached keys
+                mask = _causal_from(offset, q, k, mask)
+                is_causal = False
         # each point tapped on its own: a hook on hook_k or hook_v alone must fire too
         q, k, v = tap(self.hook_q, q), tap(self.hook_k, k), tap(self.hook_v, v)
         out, weights = scaled_dot_product_attention(

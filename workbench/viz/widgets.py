@@ -28,7 +28,7 @@ from workbench.lessons.complexity import table1
 from workbench.model.masks import attention_mask, causal_mask
 from workbench.model.positional import distance_matrix, sinusoidal_table
 from workbench.translation.batching import make_batch
-from workbench.translation.decode import translate
+from workbench.translation.decode import DECODING, translate
 from workbench.translation.decode_trace import rerank, trace_beam, trace_greedy
 from workbench.translation.metrics import corpus_bleu
 from workbench.viz import decoding_figures, figures
@@ -244,7 +244,7 @@ class HeadInterventionInspector:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sentence: str = "Ein Mann fährt auf einem Fahrrad.",
                  validation: Sequence[tuple[str, str]] | None = None, bleu_sentences: int = 50,
-                 means: dict[tuple[str, int], torch.Tensor] | None = None, max_extra: int = 50,
+                 means: dict[tuple[str, int], torch.Tensor] | None = None, max_extra: int = DECODING.max_extra,
                  card: dict[str, Any] | None = None) -> None:
         self.model, self.tokenizer = model.eval(), tokenizer
         self.validation = list(validation or [])[:bleu_sentences]
