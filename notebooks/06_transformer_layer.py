@@ -59,7 +59,8 @@ import dataclasses
 from IPython.display import Markdown, display
 from workbench.viz.figures import markdown_table
 from workbench.model.transformer import FeedForward
-from workbench.translation.train import rate, label_smoothed_loss, evaluate
+from workbench.translation.objective import rate, label_smoothed_loss
+from workbench.translation.train import evaluate
 from workbench.translation.batching import make_batch, token_batches
 from workbench.translation.data import synthetic_pairs
 from workbench.model.positional import sinusoidal_table

@@ -8,7 +8,7 @@ from torch import nn
 import workbench as wb
 from workbench.translation import kernels
 from workbench.translation.batching import Batch
-from workbench.translation.train import label_smoothed_loss, step_loss
+from workbench.translation.objective import label_smoothed_loss, step_loss
 
 
 def test_dropout_drops_p_of_the_elements_and_is_unbiased():

@@ -13,10 +13,11 @@ import torch.nn.functional as F
 import workbench as wb
 from workbench import runtime
 from workbench.errors import ConfigError, PrecisionError
-from workbench.model.config import RunConfig, TrainConfig
+from workbench.model.config import TrainConfig
 from workbench.translation import kernels
 from workbench.translation.batching import Batch
 from workbench.translation.decode import decoding_precision, translate
+from workbench.translation.run import RunConfig
 from workbench.translation.train import step_loss
 
 CPU = torch.device("cpu")

@@ -14,8 +14,9 @@ from workbench.translation.checkpoint import average_last, load_model
 from workbench.translation.data import synthetic_pairs
 from workbench.translation.decode import translate
 from workbench.translation.metrics import exact_match
+from workbench.translation.objective import label_smoothed_loss, rate, step_loss
 from workbench.translation.tokenizer import WordTokenizer
-from workbench.translation.train import History, evaluate, fit, label_smoothed_loss, rate, step_loss
+from workbench.translation.train import History, evaluate, fit
 
 
 def test_schedule_is_the_papers_formula():
@@ -52,7 +53,7 @@ def _padded_batch(vocab=60, seed=0):
 def test_step_loss_projects_only_real_targets_and_equals_full_projection(arch, monkeypatch):
     """Gathering the real target rows before the vocabulary projection changes neither loss nor gradients (the
     projection and the loss run fused, :func:`workbench.kernels.projected_label_smoothed_cross_entropy`)."""
-    import workbench.translation.train as train_module
+    import workbench.translation.objective as train_module
 
     cfg = preset("tiny", norm_first=arch == "pre-LN", tie_output=arch != "untied")
     torch.manual_seed(0)

@@ -162,7 +162,7 @@ def choose_precision(precision: str, device: torch.device, probe: Callable[[], A
     unit = cpu_bf16_units()
     if precision == "bf16":
         if unit is None:
-            raise PrecisionError(f"--precision bf16: this processor ({_cpu_name()}) has no bf16 matrix units (none "
+            raise PrecisionError(f"--precision bf16: this processor ({(cpu_model() or 'unknown CPU')}) has no bf16 matrix units (none "
                                  f"of {', '.join(BF16_CPU_FLAGS)} among its flags): run with --precision fp32, or "
                                  "--precision auto")
         return Precision("bf16", f"bf16 as asked (the CPU has {unit})")
@@ -177,7 +177,8 @@ def choose_precision(precision: str, device: torch.device, probe: Callable[[], A
                            f"{1e3 * s['fp32']:.0f} ms in fp32 ({ratio:.2f}x; bf16 needs <= {PROBE_MARGIN})")
 
 
-def _cpu_name() -> str:
+def cpu_model() -> str | None:
+    """The processor's model name (``/proc/cpuinfo``; None where that cannot be read)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -185,7 +186,7 @@ def _cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown CPU"
+    return None
 
 
 @contextlib.contextmanager
@@ -241,3 +242,18 @@ def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
         seen.add(id(p))
         total += p.numel()
     return total
+
+
+def init_distributed() -> bool:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1): NCCL on CUDA, else gloo. Returns whether
+    the process is one of several."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    return True

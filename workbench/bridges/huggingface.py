@@ -35,6 +35,7 @@ from torch import Tensor
 from workbench.errors import BridgeError, InputTextError
 from workbench.model.config import ModelConfig
 from workbench.model.transformer import Transformer, build_model
+from workbench.translation.tokenizer import check_texts
 
 log = logging.getLogger(__name__)
 
@@ -210,16 +211,6 @@ class MarianTokenizerAdapter:
         return (f"MarianTokenizerAdapter({type(self.hf).__name__}, src_vocab_size={self.src_vocab_size}, "
                 f"tgt_vocab_size={self.tgt_vocab_size})")
 
-    @staticmethod
-    def _texts(texts: Sequence[str]) -> list[str]:
-        if isinstance(texts, str):
-            raise InputTextError(f"pass a list of sentences, not one string: wrap it in a list, e.g. [{texts[:30]!r}]")
-        texts = list(texts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise InputTextError(f"sentence {i} is a {type(t).__name__} ({t!r:.40}), not a str: pass text")
-        return texts
-
     def _ids(self, texts: list[str], side: str) -> list[list[int]]:
         """Content ids, eos included (the tokenizer appends it)."""
         if not texts:
@@ -229,13 +220,13 @@ class MarianTokenizerAdapter:
 
     def encode_src(self, texts: Sequence[str], add_bos: bool = False, add_eos: bool = True) -> list[list[int]]:
         """Source ids ``[x1 .. xn, eos]`` (as the Hugging Face tokenizer gives them)."""
-        rows = self._ids(self._texts(texts), "src")
+        rows = self._ids(check_texts(texts), "src")
         rows = [r[:-1] if r and r[-1] == self.eos_id else r for r in rows]
         return [([self.bos_id] if add_bos else []) + r + ([self.eos_id] if add_eos else []) for r in rows]
 
     def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:
         """Target ids ``[decoder start, y1 .. yn, eos]``."""
-        return [[self.bos_id, *r] for r in self._ids(self._texts(texts), "tgt")]
+        return [[self.bos_id, *r] for r in self._ids(check_texts(texts), "tgt")]
 
     def decode_tgt(self, ids_batch: Any) -> list[str]:
         """Detokenized text of each row: stops at the first eos, drops special tokens."""

@@ -111,7 +111,7 @@ def model_train_flops(
 ) -> int | None:
     """Training FLOPs of ``model`` on this batch, or None for models without an analytic count (the GRU).
 
-    ``n_projected``: target rows the loss projects (:func:`workbench.train.step_loss` projects the non-padding
+    ``n_projected``: target rows the loss projects (:func:`workbench.translation.objective.step_loss` projects the non-padding
     ones); None counts every position.
     """
     cfg = getattr(model, "cfg", None)

@@ -235,7 +235,7 @@ class Transformer(nn.Module):
         """The decoder's final states, before the pre-softmax projection (:attr:`generator`).
 
         Same arguments as :meth:`decode`; ``self.generator(decode_hidden(...))`` is ``decode(...)``. Training
-        projects only the rows of real (non-padding) targets: see :func:`workbench.train.step_loss`.
+        projects only the rows of real (non-padding) targets: see :func:`workbench.translation.objective.step_loss`.
 
         Shapes:
             tgt (B, T) ids, memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model)

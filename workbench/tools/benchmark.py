@@ -18,7 +18,7 @@ Suites:
 * ``train_step`` — one training step (forward, label-smoothed loss, backward, Adam) of each preset vs
   ``nn.Transformer`` of the same sizes, parameter count and dropout placement
   (:class:`~workbench.tools.rivals.NNTransformer`), as two ratios ours / nn. *As trained*: each side in its usual
-  form: ours projects only the real target rows, fused with the loss (:func:`workbench.translation.train.step_loss`),
+  form: ours projects only the real target rows, fused with the loss (:func:`workbench.translation.objective.step_loss`),
   and draws its dropout masks more cheaply on the CPU (:mod:`workbench.translation.kernels`); the reference runs
   ``nn.Dropout`` and projects every position, ignoring padding in the loss. *Model only*
   (:data:`~workbench.tools.bench_suites.MODEL_ONLY`): our model with ``nn.Dropout`` and the reference's loss, so the

@@ -49,26 +49,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _init_distributed() -> bool:
-    """Join the process group when launched by torchrun (WORLD_SIZE > 1): NCCL on CUDA, else gloo."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return False
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=backend)
-    return True
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from workbench.translation.pipeline import train_translation
 
     run = run_config_from_args(args)  # validated before any process group is joined
-    distributed = _init_distributed()
+    from workbench.runtime import init_distributed
+
+    distributed = init_distributed()
     summary = train_translation(run, out_dir=Path(args.out), resume=args.resume)
     if distributed:
         import torch.distributed as dist
@@ -213,21 +200,18 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 
     if args.action == "grade":
         return cmd_grade(args)
-    if args.action == "copy" and args.student:
-        from workbench.tools.assign import copy_student
-
-        written = copy_student(args.target, only=args.only or None, force=args.force)
-        for path in written:
-            print(path)
-        print(f"wrote {len(written)} student files (exercise solutions replaced by stubs, checks kept) from "
-              f"{notebooks_dir()}; grade them with `workbench notebooks grade {args.target}`")
-        return 0
     if args.action == "copy":
-        written = copy_notebooks(args.target, only=args.only or None, force=args.force)
-        for path in written:
-            print(path)
-        print(f"copied {len(written)} files from {notebooks_dir()}; open them with `jupyter lab {args.target}`, "
-              f"run them with `workbench notebooks run --dir {args.target}`")
+        if args.student:
+            from workbench.tools.assign import copy_student
+
+            written = copy_student(args.target, only=args.only or None, force=args.force)
+            done = (f"wrote {len(written)} student files (exercise solutions replaced by stubs, checks kept) from "
+                    f"{notebooks_dir()}; grade them with `workbench notebooks grade {args.target}`")
+        else:
+            written = copy_notebooks(args.target, only=args.only or None, force=args.force)
+            done = (f"copied {len(written)} files from {notebooks_dir()}; open them with `jupyter lab {args.target}`, "
+                    f"run them with `workbench notebooks run --dir {args.target}`")
+        print("\n".join([*map(str, written), done]))
         return 0
 
     quiet = not (args.verbose or args.debug)

@@ -28,34 +28,19 @@ from typing import Any
 
 import torch
 
+from workbench.runtime import cpu_flags as all_cpu_flags
+from workbench.runtime import cpu_model
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # the CPU flags that decide which matrix-product kernels oneDNN/MKL pick (bf16 and int8 paths, AMX tiles)
 MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_bf16",
                 "amx_fp16", "amx_int8", "amx_tile", "asimd", "sve", "bf16", "i8mm")
 
 
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
-
-
-def cpu_model() -> str | None:
-    """The CPU's model name from /proc/cpuinfo, or None where there is no such file."""
-    for line in _cpuinfo():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
 def cpu_flags() -> list[str]:
     """The CPU features among :data:`MATMUL_FLAGS` this machine has (empty where /proc/cpuinfo is missing)."""
-    for line in _cpuinfo():
-        if line.startswith(("flags", "Features")):
-            have = set(line.split(":", 1)[1].split())
-            return sorted(f for f in MATMUL_FLAGS if f in have)
-    return []
+    have = all_cpu_flags()
+    return sorted(f for f in MATMUL_FLAGS if f in have)
 
 
 def git_state(cwd: str | Path | None = None) -> dict[str, Any]:

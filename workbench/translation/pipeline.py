@@ -180,6 +180,7 @@ def evaluate_checkpoint(
 
 # the modules whose code decides what a trained model is: a change to any of them invalidates cached models
 TRAINING_CODE = ("model.attention", "translation.batching", "model.config", "translation.data", "translation.kernels",
+                 "translation.objective",
                  "model.masks", "model.transformer", "translation.pipeline", "model.positional", "model.registry",
                  "model.rnn", "runtime", "translation.tokenizer", "translation.train")
 

@@ -38,7 +38,8 @@ FORMAT = "attention-workbench-tokenizer"  # tag inside the JSON, to recognise ou
 VERSION = 1
 
 
-def _check_texts(texts: Sequence[str]) -> list[str]:
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a list of strings; one string or a non-string item is refused with an :class:`InputTextError`."""
     if isinstance(texts, str):
         raise InputTextError(f"pass a list of sentences, not one string: wrap it in a list, e.g. [{texts[:30]!r}]")
     texts = list(texts)
@@ -206,11 +207,11 @@ class SubwordTokenizer(_Vocab):
         return self.src_tok if side == "src" else self.tgt_tok
 
     def _encode(self, texts: Sequence[str], side: str) -> list[list[int]]:
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         return [enc.ids for enc in self._side(side).encode_batch(texts, add_special_tokens=False)]
 
     def _tokens(self, text: str, side: str) -> list[str]:
-        return self._side(side).encode(_check_texts([text])[0], add_special_tokens=False).tokens
+        return self._side(side).encode(check_texts([text])[0], add_special_tokens=False).tokens
 
     def normalize(self, text: str, side: str = "tgt") -> str:
         """The text as the tokenizer sees it (NFKC, single spaces, trimmed): what ``decode(encode(text))`` returns
@@ -288,10 +289,10 @@ class WordTokenizer(_Vocab):
         return cls(sorted(words))
 
     def _encode(self, texts: Sequence[str], side: str) -> list[list[int]]:
-        return [[self.stoi.get(w, UNK) for w in text.split()] for text in _check_texts(texts)]
+        return [[self.stoi.get(w, UNK) for w in text.split()] for text in check_texts(texts)]
 
     def _tokens(self, text: str, side: str) -> list[str]:
-        return [w if w in self.stoi else "<unk>" for w in _check_texts([text])[0].split()]
+        return [w if w in self.stoi else "<unk>" for w in check_texts([text])[0].split()]
 
     def normalize(self, text: str, side: str = "tgt") -> str:
         """Words joined by single spaces: what ``decode(encode(text))`` returns when every word is known."""

@@ -1,4 +1,5 @@
-"""Training with the paper's recipe (section 5): label smoothing, Adam(0.9, 0.98, 1e-9), warm-up schedule.
+"""Training with the paper's recipe (section 5): label smoothing, Adam(0.9, 0.98, 1e-9), warm-up schedule (the
+schedule and the loss themselves are :mod:`workbench.translation.objective`).
 
 ``fit`` is a plain function that returns a :class:`History`; callbacks are named events; no plotting here.
 """
@@ -19,83 +20,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from workbench.errors import TrainingError
 from workbench.lessons.flops import model_train_flops, peak_flops
 from workbench.model.config import TrainConfig
 from workbench.runtime import Precision, adam, autocast, choose_precision, resolve_device, set_seed
 from workbench.translation.batching import Batch, make_batch, token_batches
-from workbench.translation.kernels import (
-    label_smoothed_cross_entropy,
-    projected_label_smoothed_cross_entropy,
-    use_fast_dropout,
-)
+from workbench.translation.kernels import use_fast_dropout
+from workbench.translation.objective import rate, real_target_logits, step_loss
 
 log = logging.getLogger(__name__)
-
-
-def rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), steps counted from 1 (paper eq. 3)."""
-    step = max(step, 1)
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-
-def label_smoothed_loss(logits: Tensor, targets: Tensor, pad_id: int, eps: float = 0.1) -> tuple[Tensor, int]:
-    """Summed label-smoothed cross-entropy over non-padding targets, and their count.
-
-    Shapes:
-        logits (B, T, V), targets (B, T) -> (scalar sum, n_tokens)
-    """
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(),
-        targets.reshape(-1),
-        ignore_index=pad_id,
-        label_smoothing=eps,
-        reduction="sum",
-    )
-    return loss, int((targets != pad_id).sum())
-
-
-def real_target_logits(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int) -> tuple[Tensor, Tensor]:
-    """Logits and targets of the real (non-padding) target positions only.
-
-    A :class:`~workbench.model.Transformer` gathers its decoder states at those positions *before* the
-    vocabulary projection (``forward(..., project=False)``), so no (d_model x V) product, log-softmax or loss is
-    spent on padding; other models (the GRU baseline) project every position and the rows are gathered after.
-    ``net`` is what is called (the model, or its compiled / DDP wrapper), ``model`` the plain module.
-
-    Shapes:
-        batch.src (B, S), batch.tgt_in (B, T), batch.tgt_out (B, T) -> logits (N, V), targets (N,),
-        N = number of non-padding targets
-    """
-    from workbench.model.transformer import Transformer
-
-    keep = batch.tgt_out != pad_id  # (B, T)
-    if isinstance(model, Transformer):
-        hidden = net(batch.src, batch.tgt_in, project=False)  # (B, T, d_model)
-        return model.generator(hidden[keep]), batch.tgt_out[keep]  # (N, V), (N,)
-    return net(batch.src, batch.tgt_in)[keep], batch.tgt_out[keep]
-
-
-def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: float = 0.1) -> tuple[Tensor, int]:
-    """The training loss of one batch: summed label-smoothed cross-entropy over real targets, and their count.
-
-    Equal (fp32 tolerance, gradients included) to ``label_smoothed_loss(model(src, tgt_in), tgt_out, ...)``,
-    without the work on padding rows (see :func:`real_target_logits`). On the CPU a
-    :class:`~workbench.model.Transformer`'s projection and loss run fused in row chunks
-    (:func:`workbench.kernels.projected_label_smoothed_cross_entropy`: no (N, V) logits are allocated), and other
-    models' loss takes the closed-form gradient of :func:`workbench.kernels.label_smoothed_cross_entropy`.
-    """
-    from workbench.model.transformer import Transformer
-
-    if isinstance(model, Transformer) and model.generator.bias is None:
-        keep = batch.tgt_out != pad_id  # (B, T)
-        hidden = net(batch.src, batch.tgt_in, project=False)[keep]  # (N, d_model)
-        targets = batch.tgt_out[keep]  # (N,)
-        return projected_label_smoothed_cross_entropy(hidden, model.generator.weight, targets, eps), targets.shape[0]
-    logits, targets = real_target_logits(net, model, batch, pad_id)  # (N, V), (N,)
-    return label_smoothed_cross_entropy(logits.float(), targets, eps), targets.shape[0]
 
 
 @dataclass

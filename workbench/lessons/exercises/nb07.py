@@ -1,7 +1,7 @@
 """Exercises of notebook 07 (the training recipe): the learning-rate schedule, the shifted decoder input and
 target, the label-smoothed loss, checkpoint averaging, the length penalty and one beam-search step, checked against
-:func:`workbench.translation.train.rate`, the batching of :mod:`workbench.translation.batching`,
-:func:`~workbench.translation.train.label_smoothed_loss`, :func:`~workbench.translation.checkpoint.average_checkpoints`'
+:func:`workbench.translation.objective.rate`, the batching of :mod:`workbench.translation.batching`,
+:func:`~workbench.translation.objective.label_smoothed_loss`, :func:`~workbench.translation.checkpoint.average_checkpoints`'
 arithmetic, :func:`~workbench.translation.decode.length_penalty` and the step inside
 :func:`~workbench.translation.decode.beam_search`."""
 
@@ -14,8 +14,8 @@ from torch import Tensor
 
 from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
 from workbench.translation.decode import length_penalty
-from workbench.translation.train import label_smoothed_loss as package_loss
-from workbench.translation.train import rate
+from workbench.translation.objective import label_smoothed_loss as package_loss
+from workbench.translation.objective import rate
 
 
 def _gen(seed: int) -> torch.Generator:
