@@ -11,4 +11,4 @@ from workbench.tools.benchmark import build_parser, main
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     args = build_parser().parse_args()
-    sys.exit(main(args.suite, args.quick, args.json or None, args.device, args.print_json))
+    sys.exit(main(args.suite, args.quick, args.json or None, args.device, args.print_json, args.presets))

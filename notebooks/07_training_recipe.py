@@ -67,7 +67,8 @@ metrics = {}
 from pathlib import Path
 from IPython.display import Markdown, display
 from workbench.viz.figures import markdown_table
-from workbench.translation.train import rate, label_smoothed_loss, evaluate
+from workbench.translation.objective import rate, label_smoothed_loss
+from workbench.translation.train import evaluate
 from workbench.translation.batching import make_batch, token_batches
 from workbench.translation.checkpoint import save_checkpoint, load_checkpoint, average_checkpoints, load_state
 from workbench.translation.data import synthetic_pairs
@@ -93,7 +94,7 @@ PREDICT_PEAK_STEP: int | None = None  # the step of the largest learning rate
 # $7\times10^{-4}$. Our CPU recipe trains the `small` preset (width 256) for about 3,800 steps, not 100,000, so it
 # warms up for 800 steps: with the same factor the peak is then $\sqrt{10} \approx 3.2\times$ higher (half the
 # width and a fifth of the warm-up).
-# `workbench.train.rate` is the function `fit()` hands to the scheduler.
+# `workbench.translation.objective.rate` is the function `fit()` hands to the scheduler.
 
 # %%
 steps = np.arange(1, SCHEDULE_STEPS + 1)

@@ -106,6 +106,17 @@ def test_report_says_where_it_comes_from(tmp_path):
     assert provenance.git_state(tmp_path) == {"commit": None, "dirty": None}  # not a checkout
 
 
+def test_train_step_suite_races_the_presets_asked_for():
+    from workbench.tools.cli import parse_args
+
+    args = parse_args(["bench", "--suite", "train_step", "--preset", "tiny", "--quick"])[1]
+    assert args.presets == ["tiny"]
+    report = benchmark.run(args.suite, quick=True, device="cpu", command=["workbench", "bench"], presets=args.presets)
+    assert [r["preset"] for r in report["train_step"]["rows"]] == ["tiny"]
+    row = report["train_step"]["rows"][0]
+    assert row["ratio_ours_over_nn"] == row["step_s"][row["best"]["ours"]] / row["step_s"][row["best"]["nn.Transformer"]]
+
+
 # -- bench/translate_multi30k.py: the documented recipe, validation first, test once --------------------------------
 def _script():
     spec = importlib.util.spec_from_file_location("translate_multi30k", REPO / "bench" / "translate_multi30k.py")

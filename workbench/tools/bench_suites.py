@@ -186,7 +186,7 @@ def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: tor
     return ours, ref, fns
 
 
-def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
+def suite_train_step(device: torch.device, quick: bool, presets: list[str] | None = None) -> dict[str, Any]:
     """Training step of each preset vs nn.Transformer of the same sizes (same batch, same optimizer).
 
     Each side runs with its best setting on the device: eager and ``torch.compile``d variants of both are raced
@@ -196,9 +196,10 @@ def suite_train_step(device: torch.device, quick: bool) -> dict[str, Any]:
     """
     vocab = 8000
     if device.type == "cuda":
-        presets, (B, S, T) = ("small", "base", "big"), (128, 32, 33)
+        presets_default, (B, S, T) = ("small", "base", "big"), (128, 32, 33)
     else:
-        presets, (B, S, T) = (("tiny",) if quick else ("tiny", "small", "base")), (64, 20, 21)
+        presets_default, (B, S, T) = (("tiny",) if quick else ("tiny", "small", "base")), (64, 20, 21)
+    presets = tuple(presets) if presets else presets_default
     rounds = MIN_ROUNDS if quick else 7
     precisions = bench_precisions(device)
     rows = []

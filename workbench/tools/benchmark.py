@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.lessons.flops import peak_flops
+from workbench.model.config import PRESETS
 from workbench.runtime import cpu_bf16_units, resolve_device
 from workbench.tools.bench_suites import MODEL_ONLY, RUNNERS, SUITES, measured_peaks
 from workbench.tools.provenance import provenance, utc_now
@@ -58,8 +59,9 @@ log = logging.getLogger(__name__)
 
 
 def run(suites: list[str] | None = None, quick: bool = False, device: str = "auto",
-        command: list[str] | None = None) -> dict[str, Any]:
-    """Run the chosen suites (all by default) and return the report (``command`` defaults to ``sys.argv``)."""
+        command: list[str] | None = None, presets: list[str] | None = None) -> dict[str, Any]:
+    """Run the chosen suites (all by default) and return the report (``command`` defaults to ``sys.argv``).
+    ``presets``: the model sizes the train_step suite races (default: the device's usual set)."""
     names = list(suites or SUITES)
     unknown = [s for s in names if s not in RUNNERS]
     if unknown:
@@ -78,7 +80,7 @@ def run(suites: list[str] | None = None, quick: bool = False, device: str = "aut
     for name in names:
         t0 = time.perf_counter()
         log.info("benchmark suite %s ...", name)
-        report[name] = RUNNERS[name](dev, quick)
+        report[name] = RUNNERS[name](dev, quick, presets) if name == "train_step" else RUNNERS[name](dev, quick)
         report[name]["suite_seconds"] = round(time.perf_counter() - t0, 1)
     report["load_average_end"] = _load_average()
     report["finished_utc"] = utc_now()
@@ -194,9 +196,9 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def main(suites: list[str] | None = None, quick: bool = False, out_json: str | None = "bench.json",
-         device: str = "auto", as_json: bool = False) -> int:
+         device: str = "auto", as_json: bool = False, presets: list[str] | None = None) -> int:
     """Entry point of ``workbench bench``: prints the table (or the JSON), writes the JSON to ``out_json``."""
-    report = run(suites, quick=quick, device=device)
+    report = run(suites, quick=quick, device=device, presets=presets)
     print(json.dumps(report, indent=2) if as_json else format_table(report))
     if out_json:
         Path(out_json).parent.mkdir(parents=True, exist_ok=True)
@@ -219,9 +221,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="where to write the JSON report ('' for nowhere); figures for the README go to bench/results/")
     ap.add_argument("--print-json", action="store_true", help="print the JSON report instead of the table")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    ap.add_argument("--preset", action="append", choices=list(PRESETS), dest="presets",
+                    help="train_step: race only this model size (repeatable; default tiny, small, base on a CPU)")
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     a = build_parser().parse_args()
-    sys.exit(main(a.suite, a.quick, a.json or None, a.device, a.print_json))
+    sys.exit(main(a.suite, a.quick, a.json or None, a.device, a.print_json, a.presets))

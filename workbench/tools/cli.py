@@ -276,7 +276,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.tools.benchmark import main as bench_main
 
     return bench_main(args.suite, quick=args.quick, out_json=args.json or None, device=args.device,
-                      as_json=args.print_json)
+                      as_json=args.print_json, presets=args.presets)
 
 
 # -- parser --------------------------------------------------------------------------------------------------------
