@@ -150,7 +150,7 @@ figures.distance_matrix_figure(dist, annotate=True, title=f"L2 distance between 
 # positions apart); pick two positions to read their distance.
 
 # %%
-from workbench.viz.widgets import positional_explorer
+from workbench.viz.lesson_widgets import positional_explorer
 positional_explorer(d_model=min(D_MODEL, 512) // 4 * 4, length=min(max(LENGTH, 2), 100))
 
 # %% [markdown]

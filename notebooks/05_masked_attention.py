@@ -100,7 +100,7 @@ metrics["causal_is_lower_triangular"] = bool(torch.equal(masks["decoder self (ca
 # is the same; with the causal part the visible keys form a staircase that stops at the last real token.
 
 # %%
-from workbench.viz.widgets import mask_explorer
+from workbench.viz.lesson_widgets import mask_explorer
 mask_explorer(length=T)
 
 # %% [markdown]

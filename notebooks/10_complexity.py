@@ -107,7 +107,7 @@ metrics.update(table_conv_over_recurrent=macs["convolutional"] / macs["recurrent
 # grow with its square while the attention bars grow with $d$.
 
 # %%
-from workbench.viz.widgets import complexity_explorer
+from workbench.viz.lesson_widgets import complexity_explorer
 complexity_explorer(n=N, d=D)
 
 # %% [markdown]

@@ -9,7 +9,8 @@ import torch
 from workbench import build_model, preset
 from workbench.inspect.inspection import inspect_translation, to_bertviz
 from workbench.translation.tokenizer import WordTokenizer
-from workbench.viz.widgets import AttentionInspector, complexity_explorer, mask_explorer, positional_explorer
+from workbench.viz.lesson_widgets import complexity_explorer, mask_explorer, positional_explorer
+from workbench.viz.widgets import AttentionInspector
 
 
 @pytest.fixture(scope="module")
