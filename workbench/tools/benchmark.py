@@ -52,10 +52,28 @@ from typing import Any
 from workbench.lessons.flops import peak_flops
 from workbench.model.config import PRESETS
 from workbench.runtime import cpu_bf16_units, resolve_device
-from workbench.tools.bench_suites import MODEL_ONLY, RUNNERS, SUITES, measured_peaks
+from workbench.tools.bench_probes import suite_capture, suite_decoding, suite_e2e, suite_sdpa
+from workbench.tools.bench_suites import (
+    MODEL_ONLY,
+    SUITES,
+    measured_peaks,
+    suite_attention,
+    suite_precision,
+    suite_train_step,
+)
 from workbench.tools.provenance import provenance, utc_now
 
 log = logging.getLogger(__name__)
+
+RUNNERS: dict[str, Any] = {  # suite name -> (device, quick) -> its report
+    "attention": suite_attention,
+    "train_step": suite_train_step,
+    "capture": suite_capture,
+    "decoding": suite_decoding,
+    "e2e": suite_e2e,
+    "sdpa": suite_sdpa,
+    "precision": suite_precision,
+}
 
 
 def run(suites: list[str] | None = None, quick: bool = False, device: str = "auto",
