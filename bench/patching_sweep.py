@@ -50,7 +50,7 @@ def main() -> int:
     record = provenance()
     load_before = os.getloadavg()
     model, tok, _ = wb.pretrained("small-de-en")
-    pairs = build_pronoun_pairs(model, tok, [("val", s) for s, _ in load_multi30k("val")])
+    pairs = build_pronoun_pairs(model, tok, [("val", s) for s, _ in load_multi30k("val")], kinds=("possessive", "subject"))
     p = pairs[args.pair]
     clean, corrupt = torch.tensor([p.clean_src]), torch.tensor([p.corrupt_src])
     tgt = (torch.tensor([p.tgt]), torch.tensor([p.corrupt_tgt]))
