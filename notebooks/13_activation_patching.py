@@ -403,6 +403,30 @@ metrics["best_encoder_vs_controls"] = {"layer": layer, "group": group, "clean": 
                                        "random": rand_s}
 
 # %% [markdown]
+# Now set the two kinds side by side. For a singular/plural pair the decoder has already written *A dog* or *Two
+# dogs* when it reaches the verb: the number is in the English prefix as well as in the German source. Which of the
+# two does the answer rely on? Compare the best source-side group (the encoder state at the edited words) with the
+# swapped English words patched at the decoder's input, for each kind.
+
+# %%
+def best_of(family: str, groups: tuple[str, ...]) -> tuple[tuple, dict]:
+    return max(((k, v) for k, v in summary.items() if k[0] == family and k[2] == "clean" and k[3] in groups),
+               key=lambda kv: kv[1]["mean"])
+
+
+side_by_side = {}
+for what, src_groups, tgt_group in (("gender", ("possessive", "subject", "edit"), "man/woman"),
+                                    ("number", ("number·subject", "number·verb", "number·edit"), "number·swapped words")):
+    (_, enc_layer, _, enc_group), enc_s = best_of("resid_enc", src_groups)
+    dec_s = summary.get(("resid_dec", "embed", "clean", tgt_group))
+    side_by_side[what] = {"encoder": {"layer": enc_layer, "group": enc_group, **enc_s}, "decoder_input": dec_s}
+    print(f"{what} pairs: encoder {enc_layer} at {enc_group.removeprefix('number·')}: "
+          f"{enc_s['mean']:.2f} [{enc_s['low']:.2f}, {enc_s['high']:.2f}]; "
+          + (f"the swapped English words at the decoder's input: {dec_s['mean']:.2f} "
+             f"[{dec_s['low']:.2f}, {dec_s['high']:.2f}]" if dec_s else "no swapped English words before the answer"))
+metrics["source_vs_prefix"] = side_by_side
+
+# %% [markdown]
 # The cross-attention heads, averaged over pairs: a head is named only where its interval clears the same head
 # patched from the unrelated sentence (and its mean reaches `MIN_EFFECT`).
 
@@ -506,6 +530,9 @@ best_site = metrics["best_encoder_site"]
 random_same_layer = summary[("resid_enc", best_site["layer"], "clean", "random")]
 assert best_site["group"] in ("possessive", "subject") and best_site["low"] > random_same_layer["high"], \
     (best_site, random_same_layer)
+if not SMOKE:  # number pairs: the English prefix carries the number more than any source-side group does
+    sbs = metrics["source_vs_prefix"]["number"]
+    assert sbs["decoder_input"]["low"] > sbs["encoder"]["high"], sbs
 if not SMOKE:  # with a hundred pairs, against both controls too
     assert any(f["family"] == "resid_enc" and f["group"] in ("possessive", "subject", "edit") for f in cleared), \
         "no encoder site cleared its controls"
