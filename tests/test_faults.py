@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 
 def _train_cmd(out, data_dir, epochs, resume=False):
     cmd = [sys.executable, "-m", "workbench", "train", "--preset", "tiny", "--out", str(out), "--epochs", str(epochs),
-           "--limit", "400", "--vocab-size", "400", "--max-tokens", "600", "--data-dir", str(data_dir), "--device", "cpu"]
+           "--limit", "400", "--vocab-size", "400", "--max-tokens", "600", "--data-dir", str(data_dir), "--device", "cpu",
+           "--precision", "fp32"]  # fp32: compared for equality, so neither run may probe bf16 on its own
     return cmd + (["--resume"] if resume else [])
 
 

@@ -131,7 +131,9 @@ def _copy_setup(seed=0):
     tok = WordTokenizer.train(train)
     torch.manual_seed(seed)
     model = build_model(preset("tiny", d_model=64, d_ff=128), tok.src_vocab_size, tok.tgt_vocab_size)
-    cfg = TrainConfig(epochs=15, warmup_steps=200, max_tokens=1000, eval_bleu=False, seed=seed, device="cpu")
+    # fp32: runs compared for equality must not each probe bf16 on their own (precision auto)
+    cfg = TrainConfig(epochs=15, warmup_steps=200, max_tokens=1000, eval_bleu=False, seed=seed, device="cpu",
+                      precision="fp32")
     return model, tok, train, val, cfg
 
 
