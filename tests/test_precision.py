@@ -317,3 +317,17 @@ def test_table_says_when_the_machine_was_busy_and_shows_the_precision_race():
     assert "--precision auto: bf16 (auto: bf16, measured)" in busy
     idle = format_table({**base, "load_average_start": [0.5, 0.5, 0.5], "precision": {"skipped": "no bf16 units"}})
     assert "busy" not in idle and "bf16 vs fp32: skipped (no bf16 units)" in idle
+
+
+def test_reproducing_a_card_trains_in_the_cards_precision(monkeypatch, tmp_path):
+    """The shipped cards were trained in fp32 before --precision existed: reproducing one must not take auto's bf16."""
+    import argparse
+
+    from workbench.tools import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "main", lambda argv: seen.append(list(argv)) or 1)  # stop before building
+    args = argparse.Namespace(action="reproduce", name="small-de-en", out=str(tmp_path), data_dir=None)
+    assert cli.cmd_pretrained(args) == 1
+    (argv,) = seen
+    assert argv[0] == "train" and argv[argv.index("--precision") + 1] == "fp32"

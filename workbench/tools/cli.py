@@ -172,6 +172,8 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
         argv = argv[argv.index("train"):]  # drop the program name and environment prefixes
         if "--out" in argv:
             argv[argv.index("--out") + 1] = str(out / "run")
+        if "--precision" not in argv:  # a card without the setting was trained in fp32 (before --precision existed)
+            argv += ["--precision", (card.get("train_config") or {}).get("precision", "fp32")]
         rc = main(argv)
         if rc:
             return rc
