@@ -2,7 +2,7 @@
 
     python bench/lesson13_cells.py [--smoke] [--json FILE]
 
-Executes ``notebooks/13_activation_patching.ipynb`` with papermill in a temporary folder (the SMOKE parameters with
+Executes ``notebooks/13_activation_patching.ipynb`` (or ``--notebook``, with the package on ``PYTHONPATH``) with papermill in a temporary folder (the SMOKE parameters with
 ``--smoke``), and prints the seconds papermill recorded for every code cell (its first line names it), the
 notebook's own timings from its ``metrics.json`` (pairs, sweep, path patching, whole run), and the machine's load
 average before and after. ``--json`` also writes them with the provenance record. Wall-clock times: on a shared
@@ -31,13 +31,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="the SMOKE parameters (what CI runs)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--notebook", default=str(NOTEBOOK), help="another copy of the lesson (e.g. an older commit's)")
+    ap.add_argument("--label", default="", help="what this run is, recorded in the file (e.g. 'baseline: 2ae6bd5')")
     args = ap.parse_args()
     record = provenance(["python", "bench/lesson13_cells.py", *sys.argv[1:]])
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="lesson13-cells-") as tmp:
         out = Path(tmp) / "13.ipynb"
         t0 = time.perf_counter()
-        papermill.execute_notebook(str(NOTEBOOK), str(out), parameters={"SMOKE": args.smoke}, cwd=tmp,
+        papermill.execute_notebook(args.notebook, str(out), parameters={"SMOKE": args.smoke}, cwd=tmp,
                                    progress_bar=False)
         wall = time.perf_counter() - t0
         nb = nbformat.read(out, as_version=4)
@@ -45,7 +47,10 @@ def main() -> None:
     cells = [{"cell": i, "first_line": c.source.splitlines()[0] if c.source else "",
               "seconds": round(float(c.metadata.get("papermill", {}).get("duration") or 0.0), 2)}
              for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    report = {**record, "smoke": args.smoke, "wall_seconds": round(wall, 1), "load_before": load_before,
+    import workbench
+
+    report = {**record, "label": args.label, "notebook": args.notebook, "package": workbench.__file__,
+              "smoke": args.smoke, "wall_seconds": round(wall, 1), "load_before": load_before,
               "load_after": os.getloadavg(),
               "notebook_seconds": {k: metrics.get(k) for k in ("pairs_seconds", "sweep_seconds", "path_seconds",
                                                               "seconds")},
