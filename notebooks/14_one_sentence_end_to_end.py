@@ -270,11 +270,9 @@ LengthPenaltyExplorer(trace, lambda ids: tok.decode_tgt([ids])[0], alpha=ALPHA)
 # The attention inspector of lesson 09 shows the same things for any sentence you type: open its "while decoding"
 # panel for each generated token's cross-attention as greedy decoding computed it, and, with beam 4, the search's tree.
 # Its note says what `small-de-en` knows: it learned from image captions only, so try a sentence from elsewhere and
-# watch the translation fall apart.
-
-# %%
-from workbench.viz.widgets import AttentionInspector
-AttentionInspector(model, tok, sentence=SENTENCE, beam=BEAM if BEAM in (1, 4) else 1, card=card, alpha=ALPHA)
+# watch the translation fall apart. To open it here, run
+# `AttentionInspector(model, tok, sentence=SENTENCE, beam=4, card=card)` after
+# `from workbench.viz.widgets import AttentionInspector`.
 
 # %%
 with open("metrics.json", "w") as f:
