@@ -20,7 +20,10 @@
 # Hugging Face transformers, more than a thousand language pairs) is a post-LN encoder-decoder with sinusoidal
 # positions and tied embeddings, like ours, with four named differences: a swish feed-forward activation, a bias
 # on the output projection, a sinusoidal table with every sine first and every cosine second (the paper interleaves
-# them), and a pad token that also starts the decoder. `wb.pretrained("Helsinki-NLP/opus-mt-de-en")` converts such
+# them), and a pad token that also starts the decoder. In symbols, its feed-forward network is
+# $\mathrm{FFN}(x) = \mathrm{swish}(x W_1 + b_1) W_2 + b_2$ with $\mathrm{swish}(z) = z\,\sigma(z)$ where the paper
+# has $\max(0, z)$, and its position $pos$ fills dimension $i < d_{model}/2$ with $\sin(pos / 10000^{2i/d_{model}})$
+# and dimension $i + d_{model}/2$ with the matching cosine. `wb.pretrained("Helsinki-NLP/opus-mt-de-en")` converts such
 # a model into the workbench's own Transformer, so every inspector of the earlier lessons opens it.
 #
 # We first check that the converted model computes what transformers computes, then set it beside `small-de-en`:

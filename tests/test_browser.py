@@ -125,9 +125,10 @@ insp = HeadInterventionInspector(model, tok, sentence="ein mann fährt ein rotes
 insp
 """
 
-# the bars of the log-probability change: the plot whose only trace is a bar chart
+# the bars of the log-probability change: the plot whose traces are all bar charts (the first holds the bars, the
+# others are legend entries naming the two colours)
 DELTA_BARS = ("() => { const g = Array.from(document.querySelectorAll('.js-plotly-plot'))"
-              ".find(g => g.data && g.data.length === 1 && g.data[0].type === 'bar');"
+              ".find(g => g.data && g.data.length && g.data.every(t => t.type === 'bar'));"
               " return g ? JSON.stringify(Array.from(g.data[0].y)) : null; }")  # y may arrive as a typed array
 
 
