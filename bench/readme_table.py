@@ -36,12 +36,31 @@ def _where(report: dict[str, Any], name: str) -> str:
             f"torch {report.get('torch', '?')}, commit {commit[:10]}{dirty}, `{' '.join(report.get('command', []))}`")
 
 
+def _row_labels(rows: list[dict[str, Any]], amp: str | None = None) -> str:
+    """The train_step rows' column labels: what they differ in, joined by " / " (``tiny / small``, ``small, fp32 /
+    bf16``, ``tiny fp32 / small bf16`` when both change), with what they share named once. A row's precision is its
+    ``"precision"``; reports from before per-row precisions name one for every row as ``"amp"``, older ones none."""
+    fields = {"preset": [r["preset"] for r in rows], "precision": [r.get("precision") or amp for r in rows]}
+    known = {k: [str(v) for v in values] for k, values in fields.items() if all(values)}
+    varying = [k for k, values in known.items() if len(set(values)) > 1]
+    if len(varying) > 1:  # both change: one joint label a row
+        labels = [" ".join(known[k][i] for k in varying) for i in range(len(rows))]
+        parts = [" / ".join(labels)]
+    else:
+        labels = known[varying[0]] if varying else [""] * len(rows)
+        parts = [" / ".join(values) if k in varying else values[0] for k, values in known.items()]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"train_step rows labelled {labels}: two rows share a label, so the table could not tell "
+                         "their columns apart; give each row a distinct preset or precision")
+    return ", ".join(parts)
+
+
 def _bench_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str]] = []
     if "train_step" in report:
         t = report["train_step"]["rows"]
         raced = "each side's fastest of eager and compiled" if "ours compiled" in t[0].get("step_s", {}) else "eager"
-        presets = " / ".join(r["preset"] for r in t)
+        presets = _row_labels(t, report["train_step"].get("amp"))
         rows.append((f"training step as trained, ours ÷ `nn.Transformer` ({presets}; {raced}): ours with its cheaper "
                      "CPU dropout draws and its projection fused with the loss over real target rows "
                      "(`workbench/translation/kernels.py`), the reference with `nn.Dropout` and the stock loss over "
@@ -57,8 +76,10 @@ def _bench_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, str]]
         for r in t:
             if r["preset"] == "small" and "ours compiled" in r.get("step_s", {}):
                 st = r["step_s"]
-                rows.append(("`torch.compile` (inductor) on this device, small training step: ours eager / compiled, "
-                             "`nn.Transformer` eager / compiled",
+                precision = r.get("precision") or report["train_step"].get("amp")
+                precision = f" ({precision})" if precision else ""
+                rows.append((f"`torch.compile` (inductor) on this device, small training step{precision}: ours eager / "
+                             "compiled, `nn.Transformer` eager / compiled",
                              f"{st['ours']:.3f} / {st['ours compiled']:.3f} s, "
                              f"{st['nn.Transformer']:.3f} / {st['nn.Transformer compiled']:.3f} s"))
     if "attention" in report:

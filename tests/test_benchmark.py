@@ -251,6 +251,39 @@ def test_readme_table_renders_each_figure_with_its_file(tmp_path):
         table.render(tmp_path)
 
 
+def test_training_step_columns_are_labelled_by_what_the_rows_differ_in(tmp_path):
+    """A race of one preset in two precisions once rendered its columns as "small / small": the columns are labelled
+    by what tells the rows apart (the precision here), and what they share is named once."""
+    table = _readme_table()
+    rows = [{"preset": "small", "precision": p, "ratio_ours_over_nn": r, "ratio_model_only": m, "rounds": []}
+            for p, r, m in (("fp32", 0.8134, 0.9425), ("bf16", 0.6106, 0.7104))]
+    report = {"suites": ["train_step"], "commit": "0123456789abcdef", "command": ["x"], "train_step": {"rows": rows}}
+    (tmp_path / "cpu.json").write_text(json.dumps(report))
+    out = table.render(tmp_path)
+    assert "small / small" not in out
+    as_trained = next(r for r in out.splitlines() if r.startswith("| training step as trained"))
+    assert "(small, fp32 / bf16; eager)" in as_trained and "| 0.81 / 0.61 | `cpu.json` |" in as_trained
+    assert any("model only" in r and "(small, fp32 / bf16; eager)" in r and "| 0.94 / 0.71 |" in r
+               for r in out.splitlines())
+    # both change: one joint label a row; an older report's single "amp" is named once
+    assert table._row_labels([{"preset": "tiny", "precision": "fp32"}, {"preset": "small", "precision": "bf16"}]) == (
+        "tiny fp32 / small bf16")
+    assert table._row_labels([{"preset": "tiny"}, {"preset": "small"}], amp="fp32") == "tiny / small, fp32"
+    with pytest.raises(ValueError, match="share a label"):  # two rows nothing tells apart
+        table._row_labels([{"preset": "small", "precision": "fp32"}, {"preset": "small", "precision": "fp32"}])
+
+
+def test_benchmarks_page_labels_no_two_columns_alike():
+    """On the committed page, every "a / b / ..." column label of a training-step row names distinct columns."""
+    page = (DOC_PAGES / "benchmarks.md").read_text(encoding="utf-8")
+    labels = re.findall(r"^\| training step[^(|]*\(([^;)]*)[;)]", page, flags=re.M)
+    assert labels, "found no training-step rows on the Benchmarks page"
+    for label in labels:
+        for part in label.split(", "):
+            columns = part.split(" / ")
+            assert len(set(columns)) == len(columns), f"columns labelled alike: ({label})"
+
+
 def test_readme_table_renders_compiled_rivals_and_a_step_profile(tmp_path):
     table = _readme_table()
     step_s = {"ours": 0.5, "nn.Transformer": 0.66, "ours compiled": 0.69, "nn.Transformer compiled": 0.6}
