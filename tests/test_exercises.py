@@ -48,6 +48,18 @@ def test_reference_passes_its_own_check(exercise_id):
     assert result.passed, result.message
 
 
+def test_variants_plant_one_wrong_implementation_per_setting():
+    def scaled(x, factor=1.0, offset=0.0):
+        return x * factor + offset
+
+    half, shifted = ex.variants(scaled, ("halved", "multiply by 1", {"factor": 0.5}), ("shifted", "add nothing",
+                                                                                          {"offset": 1.0}))
+    assert (half.name, half.hint, half.fn(4.0)) == ("halved", "multiply by 1", 2.0)
+    assert shifted.fn(4.0) == 5.0
+    with pytest.raises(ValueError, match="'unchanged' changes no setting of scaled"):  # it would plant the reference
+        ex.variants(scaled, ("unchanged", "nothing", {}))
+
+
 def test_the_series_has_enough_exercises_and_mistakes():
     by_notebook = {e.notebook for e in ex.EXERCISES.values()}
     assert by_notebook == {f"0{i}" for i in range(1, 9)}
@@ -211,6 +223,20 @@ def test_student_copies_hold_stubs_not_solutions(tmp_path):
         exercise_cells = [c for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
         assert exercise_cells and all("raise NotImplementedError" in c.source for c in exercise_cells)
         assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
+
+
+def test_student_copy_refuses_files_in_the_way_as_the_plain_copy_does(tmp_path):
+    from workbench.errors import NotebookCopyError
+
+    folder = tmp_path / "class"
+    written = copy_student(folder, only=["02"], directory=REPO / "notebooks")
+    mine = next(p for p in written if p.suffix == ".py")
+    mine.write_text("# my answers\n")
+    with pytest.raises(NotebookCopyError, match=r"already holds 02_.*nothing was copied.*--force"):
+        copy_student(folder, only=["02", "03"], directory=REPO / "notebooks")
+    assert mine.read_text() == "# my answers\n" and not list(folder.glob("03_*"))  # all or nothing
+    copy_student(folder, only=["02"], force=True, directory=REPO / "notebooks")
+    assert "raise NotImplementedError" in mine.read_text() and "BEGIN SOLUTION" not in mine.read_text()
 
 
 def test_cli_copy_student_writes_stubs(tmp_path):

@@ -144,42 +144,29 @@ def student_notebook(nb: Any, name: str = "notebook") -> Any:
     return nb
 
 
-def copy_student(
-    target: str | Path,
-    only: str | Sequence[str] | None = None,
-    force: bool = False,
-    directory: str | Path | None = None,
-) -> list[Path]:
+def write_student_copy(source: Path, destination: Path) -> None:
+    """Write the student version of one file of a notebook pair: an ``.ipynb`` through :func:`student_notebook`
+    (outputs removed), its jupytext ``.py`` through :func:`strip_solutions`."""
+    if source.suffix == ".ipynb":
+        import nbformat
+
+        nbformat.write(student_notebook(nbformat.read(source, as_version=4), source.name), destination)
+    else:
+        destination.write_text(strip_solutions(source.read_text(encoding="utf-8"), source.name), encoding="utf-8")
+
+
+def copy_student(target: str | Path, **options: Any) -> list[Path]:
     """Write student versions of the notebooks into ``target``: each ``.ipynb`` and its jupytext ``.py`` with the
-    solutions replaced by their stubs (:func:`strip_solutions`), the checks kept.
+    solutions replaced by their stubs (:func:`strip_solutions`), the checks kept. The folder, the choice of notebooks
+    (``only``, ``directory``) and ``force`` work as in :func:`workbench.tools.notebooks.copy_notebooks`, which does
+    the copying with :func:`write_student_copy`.
 
     Raises:
         NotebookCopyError: as :func:`workbench.tools.notebooks.copy_notebooks` (files in the way without ``force``).
     """
-    import nbformat
+    from workbench.tools.notebooks import copy_notebooks
 
-    from workbench.tools.notebooks import list_notebooks, select_notebooks
-
-    notebooks = select_notebooks(list_notebooks(directory), only)
-    folder = Path(target).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise NotebookCopyError(f"{folder} is a file, not a folder: give a folder to write the student copies into")
-    names = [f.name for nb in notebooks for f in (nb, nb.with_suffix(".py")) if f.is_file()]
-    clashes = [n for n in names if (folder / n).exists()]
-    if clashes and not force:
-        raise NotebookCopyError(f"{folder} already holds {', '.join(clashes[:4])}: nothing was written. Pass --force "
-                                "to overwrite them, or write into another folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path in notebooks:
-        nb = nbformat.read(path, as_version=4)
-        nbformat.write(student_notebook(nb, path.name), folder / path.name)
-        written.append(folder / path.name)
-        py = path.with_suffix(".py")
-        if py.is_file():
-            (folder / py.name).write_text(strip_solutions(py.read_text(encoding="utf-8"), py.name), encoding="utf-8")
-            written.append(folder / py.name)
-    return written
+    return copy_notebooks(target, write=write_student_copy, **options)
 
 
 # -- grading -----------------------------------------------------------------------------------------------------

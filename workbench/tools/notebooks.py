@@ -33,7 +33,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,7 @@ def copy_notebooks(
     only: str | Sequence[str] | None = None,
     force: bool = False,
     directory: str | Path | None = None,
+    write: Callable[[Path, Path], None] | None = None,
 ) -> list[Path]:
     """Copy the numbered notebooks into ``target`` for editing: each ``NN_name.ipynb`` with its paired jupytext
     ``NN_name.py`` (so an edit in JupyterLab keeps both in step where jupytext is installed).
@@ -136,6 +137,8 @@ def copy_notebooks(
         only: notebook numbers or names to copy (default: all), as in :func:`select_notebooks`.
         force: overwrite files of the same names already in ``target``.
         directory: where to copy from (default: see :func:`notebooks_dir`).
+        write: how one file is written, ``write(source, destination)`` (default: its contents copied as they are;
+            :func:`workbench.tools.assign.copy_student` passes one that strips the exercise solutions).
 
     Returns:
         The files written, in order.
@@ -161,7 +164,7 @@ def copy_notebooks(
     written = []
     for f in sources:
         # contents only: an installed package's files may be read-only, the user's copies must not be
-        shutil.copyfile(f, folder / f.name)
+        (write or shutil.copyfile)(f, folder / f.name)
         written.append(folder / f.name)
     return written
 

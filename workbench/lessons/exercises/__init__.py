@@ -33,7 +33,9 @@ from workbench.lessons.exercises.core import (
     predict,
     recognised,
     summary,
+    variants,
 )
 
 __all__ = ["EXERCISES", "FAILED", "NOT_ATTEMPTED", "PASSED", "RESULTS", "TIME_LIMIT", "Case", "CheckResult", "Exercise",
-           "Mistake", "PredictionResult", "check", "exercises_of", "get", "predict", "recognised", "summary"]
+           "Mistake", "PredictionResult", "check", "exercises_of", "get", "predict", "recognised", "summary",
+           "variants"]

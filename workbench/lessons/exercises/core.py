@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import random
 import signal
@@ -72,6 +73,20 @@ class Exercise:
     @property
     def notebook(self) -> str:
         return self.id.split(".", 1)[0]
+
+
+def variants(wrong: Callable[..., Any], *rows: tuple[str, str, dict[str, Any]]) -> tuple[Mistake, ...]:
+    """Planted mistakes that are one wrong implementation with different settings: each row ``(name, hint,
+    settings)`` becomes ``Mistake(name, hint, wrong(*args, **settings))``, so a catalogue reads as a table of what
+    each mistake changes.
+
+    Raises:
+        ValueError: a row with no settings (it would plant ``wrong`` as it is, which must be the right answer).
+    """
+    for name, _, settings in rows:
+        if not settings:
+            raise ValueError(f"planted mistake {name!r} changes no setting of {wrong.__name__}: name what it changes")
+    return tuple(Mistake(name, hint, functools.partial(wrong, **settings)) for name, hint, settings in rows)
 
 
 EXERCISES: dict[str, Exercise] = {}  # every exercise of the series, by id, in notebook order

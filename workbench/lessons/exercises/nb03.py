@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
 from workbench.model.attention import MultiHeadAttention
 
 
@@ -132,11 +132,11 @@ def _mha_cases() -> list[Case]:
             Case("5 heads, float64", _mha_case(2, 4, 10, 5, 5, torch.float64, pad=True))]
 
 
-def _mha(x, W_q, W_k, W_v, W_o, n_heads, mask, scale_width=None, merge="right", project=True, split=True):
+def _mha(x, W_q, W_k, W_v, W_o, n_heads, mask, scale_by="d_head", merge="right", project=True, split=True):
     B, T, D = x.shape
     H = n_heads if split else 1
     q, k, v = (t.reshape(B, T, H, D // H).transpose(1, 2) for t in (x @ W_q, x @ W_k, x @ W_v))  # (B, H, T, d)
-    scale = 1 / math.sqrt(scale_width or q.shape[-1])
+    scale = 1 / math.sqrt(D if scale_by == "d_model" else q.shape[-1])
     scores = (q @ k.transpose(-2, -1)) * scale
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -148,14 +148,12 @@ def _mha(x, W_q, W_k, W_v, W_o, n_heads, mask, scale_width=None, merge="right", 
 register(Exercise(
     "03.multi_head_attention", "MultiHead(Q, K, V) = Concat(head_1..head_h) W^O", multi_head_attention,
     _mha_cases, atol=1e-5,
-    mistakes=(
-        Mistake("no output projection W^O", "multiply the concatenated heads by W_o at the end",
-                lambda *a: _mha(*a, project=False)),
-        Mistake("scaled by sqrt(d_model) instead of sqrt(d_head)", "each head's scores are divided by √d_head "
-                "(its own key width D/H), not √D", lambda *a: _mha(*a, scale_width=a[0].shape[-1])),
-        Mistake("one head of width d_model", "split Q, K and V into n_heads heads before attending",
-                lambda *a: _mha(*a, split=False)),
-        Mistake("heads merged in the wrong order", "transpose (B, H, T, d) to (B, T, H, d) before the reshape to "
-                "(B, T, D)", lambda *a: _mha(*a, merge="wrong")),
+    mistakes=variants(
+        _mha,
+        ("no output projection W^O", "multiply the concatenated heads by W_o at the end", {"project": False}),
+        ("scaled by sqrt(d_model) instead of sqrt(d_head)", "each head's scores are divided by √d_head (its own key "
+         "width D/H), not √D", {"scale_by": "d_model"}),
+        ("one head of width d_model", "split Q, K and V into n_heads heads before attending", {"split": False}),
+        ("heads merged in the wrong order", "transpose (B, H, T, d) to (B, T, H, d) before the reshape to (B, T, D)",
+         {"merge": "wrong"}),
     )))
-

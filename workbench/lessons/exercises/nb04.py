@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
 from workbench.model.positional import distance_matrix, sinusoidal_table
 
 
@@ -43,17 +43,16 @@ def _table_cases() -> list[Case]:
 register(Exercise(
     "04.sinusoidal_table", "the sinusoidal table PE[p, 2i] = sin(p/10000^(2i/d)), PE[p, 2i+1] = cos(...)",
     sinusoidal_table, _table_cases,
-    mistakes=(
-        Mistake("sin and cos swapped", "even columns (2i) hold the sines, odd columns (2i+1) the cosines",
-                lambda T, D: _table(T, D, swap=True)),
-        Mistake("sines and cosines in two halves", "interleave them: column 2i is sin, column 2i+1 is cos of the "
-                "same angle (all sines first is another layout, e.g. Marian's)", lambda T, D: _table(T, D, order="halves")),
-        Mistake("exponent not divided by d_model", "the wavelength grows as 10000^(2i/d_model): divide 2i by "
-                "d_model", lambda T, D: _table(T, D, exponent="2i")),
-        Mistake("column number in the cosines' exponent", "sin and cos of pair i share the angle p/10000^(2i/d): "
-                "use 2i (the even column) for both, not 2i+1", lambda T, D: _table(T, D, exponent="j/d")),
-        Mistake("positions counted from 1", "the first position is p = 0 (its row is 0, 1, 0, 1, ...)",
-                lambda T, D: _table(T, D, first=1)),
+    mistakes=variants(
+        _table,
+        ("sin and cos swapped", "even columns (2i) hold the sines, odd columns (2i+1) the cosines", {"swap": True}),
+        ("sines and cosines in two halves", "interleave them: column 2i is sin, column 2i+1 is cos of the same angle "
+         "(all sines first is another layout, e.g. Marian's)", {"order": "halves"}),
+        ("exponent not divided by d_model", "the wavelength grows as 10000^(2i/d_model): divide 2i by d_model",
+         {"exponent": "2i"}),
+        ("column number in the cosines' exponent", "sin and cos of pair i share the angle p/10000^(2i/d): use 2i (the "
+         "even column) for both, not 2i+1", {"exponent": "j/d"}),
+        ("positions counted from 1", "the first position is p = 0 (its row is 0, 1, 0, 1, ...)", {"first": 1}),
     )))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
 from workbench.model.attention import scaled_dot_product_attention
 from workbench.model.masks import causal_mask, padding_mask
 
@@ -191,12 +191,11 @@ def _loop(next_logits, bos_id, eos_id, max_len, keep_eos=True, keep_bos=False, s
 
 register(Exercise(
     "05.greedy_loop", "the greedy decoding loop", greedy_loop, _loop_cases,
-    mistakes=(
-        Mistake("eos not included", "append eos before stopping: the output ends with eos",
-                lambda *a: _loop(*a, keep_eos=False)),
-        Mistake("bos left in the output", "return the tokens after bos (prefix[1:])", lambda *a: _loop(*a, keep_bos=True)),
-        Mistake("eos never checked", "stop as soon as the appended token is eos", lambda *a: _loop(*a, stop=False)),
-        Mistake("budget end not forced to eos", "when t + 1 reaches max_len, append eos instead of the argmax",
-                lambda *a: _loop(*a, force=False)),
+    mistakes=variants(
+        _loop,
+        ("eos not included", "append eos before stopping: the output ends with eos", {"keep_eos": False}),
+        ("bos left in the output", "return the tokens after bos (prefix[1:])", {"keep_bos": True}),
+        ("eos never checked", "stop as soon as the appended token is eos", {"stop": False}),
+        ("budget end not forced to eos", "when t + 1 reaches max_len, append eos instead of the argmax",
+         {"force": False}),
     )))
-

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
 from workbench.model.transformer import FeedForward, sublayer_connection
 
 
@@ -51,15 +51,14 @@ register(Exercise(
              Case("a constant row, eps 0.1", _ln_case(2, 3, 4, 2, constant_row=True, eps=0.1)),
              Case("float64", _ln_case(2, 4, 5, 3, torch.float64))],
     atol=1e-4,
-    mistakes=(
-        Mistake("normalised over the positions", "LayerNorm normalises each position's feature vector: mean and "
-                "variance over the last axis (dim=-1)", lambda *a: _ln(*a, dim=-2)),
-        Mistake("unbiased variance", "LayerNorm divides by D, not D - 1: x.var(-1, unbiased=False)",
-                lambda *a: _ln(*a, unbiased=True)),
-        Mistake("eps added outside the square root", "add eps to the variance, then take the root: "
-                "sqrt(var + eps)", lambda *a: _ln(*a, eps_outside=True)),
-        Mistake("gamma and beta left out", "finish with * gamma + beta (the learned gain and bias)",
-                lambda *a: _ln(*a, affine=False)),
+    mistakes=variants(
+        _ln,
+        ("normalised over the positions", "LayerNorm normalises each position's feature vector: mean and variance "
+         "over the last axis (dim=-1)", {"dim": -2}),
+        ("unbiased variance", "LayerNorm divides by D, not D - 1: x.var(-1, unbiased=False)", {"unbiased": True}),
+        ("eps added outside the square root", "add eps to the variance, then take the root: sqrt(var + eps)",
+         {"eps_outside": True}),
+        ("gamma and beta left out", "finish with * gamma + beta (the learned gain and bias)", {"affine": False}),
     )))
 
 

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
 from workbench.translation.decode import length_penalty
 from workbench.translation.objective import label_smoothed_loss as package_loss
 from workbench.translation.objective import rate
@@ -98,7 +98,8 @@ def _loss_cases() -> list[Case]:
             Case("pad id 1, eps 0.3", (torch.randn(2, 3, 6, generator=g), torch.tensor([[2, 1, 1], [4, 5, 1]]), 1, 0.3))]
 
 
-def _smoothed(logits, targets, pad_id, eps, ignore=True, reduction="sum", others=False):
+def _smoothed(logits, targets, pad_id, eps, ignore=True, reduction="sum", others=False, smooth=True):
+    eps = eps if smooth else 0.0
     logp = torch.log_softmax(logits.float(), -1)
     V = logp.shape[-1]
     nll = -logp.gather(-1, targets[..., None]).squeeze(-1)
@@ -115,15 +116,16 @@ def _smoothed(logits, targets, pad_id, eps, ignore=True, reduction="sum", others
 register(Exercise(
     "07.label_smoothed_loss", "the label-smoothed cross-entropy, summed over real tokens", label_smoothed_loss,
     _loss_cases, atol=1e-4,
-    mistakes=(
-        Mistake("padding not ignored", "leave out the positions whose target is pad_id (ignore_index=pad_id)",
-                lambda *a: _smoothed(*a, ignore=False)),
-        Mistake("no label smoothing", "mix the one-hot target with the uniform distribution: (1 - eps) · NLL + "
-                "eps · mean over classes of -log p", lambda lo, t, p, e: _smoothed(lo, t, p, 0.0)),
-        Mistake("mean instead of sum", "sum over the real tokens (reduction='sum'); the training loop divides by "
-                "their count", lambda *a: _smoothed(*a, reduction="mean")),
-        Mistake("eps spread over the other V-1 classes", "torch (and the package) spread eps over all V classes, "
-                "the target included: label_smoothing=eps", lambda *a: _smoothed(*a, others=True)),
+    mistakes=variants(
+        _smoothed,
+        ("padding not ignored", "leave out the positions whose target is pad_id (ignore_index=pad_id)",
+         {"ignore": False}),
+        ("no label smoothing", "mix the one-hot target with the uniform distribution: (1 - eps) · NLL + eps · mean "
+         "over classes of -log p", {"smooth": False}),
+        ("mean instead of sum", "sum over the real tokens (reduction='sum'); the training loop divides by their count",
+         {"reduction": "mean"}),
+        ("eps spread over the other V-1 classes", "torch (and the package) spread eps over all V classes, the target "
+         "included: label_smoothing=eps", {"others": True}),
     )))
 
 
