@@ -70,6 +70,49 @@ def subword_tokenizer(small_pairs):
     return SubwordTokenizer.train(small_pairs, vocab_size=2000)
 
 
+def tiny_inspection_model():
+    """The small model the inspection tests probe (patching, sweeps, interventions): 2 encoder and 3 decoder layers,
+    4 heads of width 12, vocabularies of 40, in eval mode. It seeds torch's global stream with 0 first, so the inputs
+    a test draws right after it are the same every run."""
+    import torch
+
+    from workbench import build_model, preset
+
+    torch.manual_seed(0)
+    return build_model(preset("tiny", d_model=48, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
+
+
+@pytest.fixture(scope="module")
+def minimal_pair():
+    """``(model, clean, corrupt, tgt)`` for the patching tests: :func:`tiny_inspection_model`, a source of 7 tokens,
+    the same source with token 2 replaced (a minimal pair: one edit), and a target prefix of 6 that starts with bos
+    (id 2)."""
+    import torch
+
+    model = tiny_inspection_model()
+    clean = torch.randint(4, 40, (1, 7))
+    corrupt = clean.clone()
+    corrupt[0, 2] = (clean[0, 2] + 5) % 36 + 4  # a one-token edit: a minimal pair
+    tgt = torch.randint(4, 40, (1, 6))
+    tgt[0, 0] = 2
+    return model, clean, corrupt, tgt
+
+
+def projected_loss_case(n_rows: int):
+    """Seeded inputs of the fused projection + label-smoothed loss (``kernels.projected_label_smoothed_cross_entropy``,
+    eps 0.1) and the reference: hidden (n_rows, 64), weight (8000, 64), targets (n_rows,), then the stock
+    ``F.cross_entropy`` of the projected logits (summed) and its gradients of loss / n_rows for hidden and weight."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(5)
+    hidden = torch.randn(n_rows, 64, requires_grad=True)
+    weight = (torch.randn(8000, 64) * 0.2).requires_grad_()
+    y = torch.randint(0, 8000, (n_rows,))
+    ref = F.cross_entropy(hidden @ weight.t(), y, label_smoothing=0.1, reduction="sum")
+    return hidden, weight, y, ref, torch.autograd.grad(ref / n_rows, (hidden, weight))
+
+
 class SmokeRuns:
     """The series' notebooks executed once per test session on SMOKE parameters, on demand (``tests/test_notebooks``
     checks each one's claims, ``tests/test_book`` builds the SMOKE book from the same executed copies)."""

@@ -6,8 +6,9 @@ import copy
 
 import pytest
 import torch
+from conftest import tiny_inspection_model
 
-from workbench import build_model, hooks_remaining, preset
+from workbench import hooks_remaining
 from workbench.errors import InterventionError
 from workbench.inspect.capture import capture_attention
 from workbench.inspect.intervene import (
@@ -22,8 +23,7 @@ from workbench.translation.decode import greedy_decode
 
 @pytest.fixture(scope="module")
 def setup():
-    torch.manual_seed(0)
-    model = build_model(preset("tiny", d_model=48, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
+    model = tiny_inspection_model()
     src = torch.randint(4, 40, (3, 7))
     src[1, 5:] = 0  # padding, so the padding-aware paths run too
     tgt_in = torch.randint(4, 40, (3, 6))

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import projected_loss_case
 from torch import nn
 
 import workbench as wb
@@ -80,14 +81,9 @@ def test_label_smoothed_cross_entropy_matches_torch(eps):
 
 @pytest.mark.parametrize("n_rows", [1, 130, 700])  # below, at and across the chunk size (131 rows of 8000)
 def test_projected_loss_matches_projection_then_cross_entropy(n_rows):
-    torch.manual_seed(5)
-    hidden = torch.randn(n_rows, 64, requires_grad=True)
-    weight = (torch.randn(8000, 64) * 0.2).requires_grad_()
-    y = torch.randint(0, 8000, (n_rows,))
+    hidden, weight, y, ref, g2 = projected_loss_case(n_rows)
     ours = kernels.projected_label_smoothed_cross_entropy(hidden, weight, y, 0.1)
     g1 = torch.autograd.grad(ours / n_rows, (hidden, weight))
-    ref = F.cross_entropy(hidden @ weight.t(), y, label_smoothing=0.1, reduction="sum")
-    g2 = torch.autograd.grad(ref / n_rows, (hidden, weight))
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-3)
     for a, b in zip(g1, g2, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)

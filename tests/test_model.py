@@ -27,13 +27,19 @@ def _map_state(ours: nn.Module, ref: nn.Module) -> None:
     assert not unexpected and all("hook" in m for m in missing), (missing, unexpected)
 
 
+def _layer_pair(ours_cls, ref_cls, norm_first: bool):
+    """Our layer and torch.nn's counterpart of the same sizes (dropout 0.1, both in eval mode), sharing weights."""
+    cfg = ModelConfig(d_model=D, n_heads=H, d_ff=FF, n_enc_layers=1, n_dec_layers=1, dropout=0.1, norm_first=norm_first)
+    ref = ref_cls(D, H, FF, dropout=0.1, batch_first=True, norm_first=norm_first).eval()
+    ours = ours_cls(cfg).eval()
+    _map_state(ours, ref)
+    return ours, ref
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_equals_torch_nn(norm_first):
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=D, n_heads=H, d_ff=FF, n_enc_layers=1, n_dec_layers=1, dropout=0.1, norm_first=norm_first)
-    ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, batch_first=True, norm_first=norm_first).eval()
-    ours = EncoderLayer(cfg).eval()
-    _map_state(ours, ref)
+    ours, ref = _layer_pair(EncoderLayer, nn.TransformerEncoderLayer, norm_first)
     x = torch.randn(3, 7, D)
     keep = torch.arange(7)[None] < torch.tensor([7, 5, 3])[:, None]
     ref_out = ref(x, src_key_padding_mask=to_nn_mask(keep))
@@ -45,10 +51,7 @@ def test_encoder_layer_equals_torch_nn(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_equals_torch_nn(norm_first):
     torch.manual_seed(1)
-    cfg = ModelConfig(d_model=D, n_heads=H, d_ff=FF, n_enc_layers=1, n_dec_layers=1, dropout=0.1, norm_first=norm_first)
-    ref = nn.TransformerDecoderLayer(D, H, FF, dropout=0.1, batch_first=True, norm_first=norm_first).eval()
-    ours = DecoderLayer(cfg).eval()
-    _map_state(ours, ref)
+    ours, ref = _layer_pair(DecoderLayer, nn.TransformerDecoderLayer, norm_first)
     x, mem = torch.randn(2, 6, D), torch.randn(2, 9, D)
     keep = torch.arange(9)[None] < torch.tensor([9, 4])[:, None]
     ref_out = ref(x, mem, tgt_mask=to_nn_mask(causal_mask(6)), memory_key_padding_mask=to_nn_mask(keep), tgt_is_causal=True)

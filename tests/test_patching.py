@@ -23,20 +23,8 @@ def all_hooks(model) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
-@pytest.fixture(scope="module")
-def setup():
-    torch.manual_seed(0)
-    model = build_model(preset("tiny", d_model=48, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
-    clean = torch.randint(4, 40, (1, 7))
-    corrupt = clean.clone()
-    corrupt[0, 2] = (clean[0, 2] + 5) % 36 + 4  # a one-token edit: a minimal pair
-    tgt = torch.randint(4, 40, (1, 6))
-    tgt[0, 0] = 2
-    return model, clean, corrupt, tgt
-
-
-def test_site_names_cover_every_family(setup):
-    model = setup[0]
+def test_site_names_cover_every_family(minimal_pair):
+    model = minimal_pair[0]
     names = site_names(model)
     assert len(names) == 2 + 2 * 2 + 3 * 5
     for expected in ("enc.embed", "enc.1.resid", "enc.0.self.z", "dec.embed", "dec.2.self.z", "dec.0.cross.k",
@@ -44,8 +32,8 @@ def test_site_names_cover_every_family(setup):
         assert expected in names
 
 
-def test_cache_shapes(setup):
-    model, clean, _, tgt = setup
+def test_cache_shapes(minimal_pair):
+    model, clean, _, tgt = minimal_pair
     cache = cache_activations(model, clean, tgt)
     assert list(cache) == site_names(model)
     assert cache["enc.1.resid"].shape == (1, 7, 48)
@@ -56,8 +44,8 @@ def test_cache_shapes(setup):
     assert torch.equal(cache.logits, model(clean, tgt))
 
 
-def test_own_cache_is_bit_identical(setup):
-    model, clean, _, tgt = setup
+def test_own_cache_is_bit_identical(minimal_pair):
+    model, clean, _, tgt = minimal_pair
     plain = model(clean, tgt)
     cache = cache_activations(model, clean, tgt)
     with patch(model, cache, site_names(model)):
@@ -65,8 +53,8 @@ def test_own_cache_is_bit_identical(setup):
     assert torch.equal(plain, patched)
 
 
-def test_all_sites_from_corrupted_reproduce_corrupted_logits(setup):
-    model, clean, corrupt, tgt = setup
+def test_all_sites_from_corrupted_reproduce_corrupted_logits(minimal_pair):
+    model, clean, corrupt, tgt = minimal_pair
     corrupted = cache_activations(model, corrupt, tgt)
     assert not torch.allclose(model(clean, tgt), corrupted.logits)  # the edit matters, so the check can fail
     with patch(model, corrupted, site_names(model)):
@@ -74,8 +62,8 @@ def test_all_sites_from_corrupted_reproduce_corrupted_logits(setup):
 
 
 @pytest.mark.parametrize("site", ["enc.embed", "enc.0.resid", "enc.1.self.z", "dec.0.cross.k", "dec.2.cross.v"])
-def test_one_source_site_at_every_position_reproduces_the_part_of_the_run_it_feeds(setup, site):
-    model, clean, corrupt, tgt = setup
+def test_one_source_site_at_every_position_reproduces_the_part_of_the_run_it_feeds(minimal_pair, site):
+    model, clean, corrupt, tgt = minimal_pair
     corrupted = cache_activations(model, corrupt, tgt)
     with patch(model, corrupted, [site]):
         patched = cache_activations(model, clean, tgt)
@@ -85,8 +73,8 @@ def test_one_source_site_at_every_position_reproduces_the_part_of_the_run_it_fee
         assert torch.equal(cache_activations(model, clean, tgt)["dec.2.cross.z"], corrupted["dec.2.cross.z"])
 
 
-def test_position_and_head_selection_touch_only_what_they_name(setup):
-    model, clean, corrupt, tgt = setup
+def test_position_and_head_selection_touch_only_what_they_name(minimal_pair):
+    model, clean, corrupt, tgt = minimal_pair
     clean_cache = cache_activations(model, clean, tgt)
     corrupted = cache_activations(model, corrupt, tgt)
     with patch(model, corrupted, [Site("enc.1.self.z", pos=2, head=1)]):
@@ -99,8 +87,8 @@ def test_position_and_head_selection_touch_only_what_they_name(setup):
     assert not torch.equal(z, clean_cache["enc.1.self.z"])
 
 
-def test_patching_the_edited_position_in_the_embedding_restores_the_run(setup):
-    model, clean, corrupt, tgt = setup
+def test_patching_the_edited_position_in_the_embedding_restores_the_run(minimal_pair):
+    model, clean, corrupt, tgt = minimal_pair
     edit = positions_differing(clean[0].tolist(), corrupt[0].tolist())
     assert edit == [2]
     clean_cache = cache_activations(model, clean, tgt)
@@ -131,8 +119,8 @@ def _step_logits(model, src, tokens, use_cache):
     ["dec.embed", Site("dec.2.cross.z", pos=4)],
     [Site("enc.0.resid", pos=2), Site("dec.1.cross.k", pos=(0, 2)), "dec.1.cross.v"],
 ])
-def test_kv_cache_patching_equals_full_recomputation(setup, sites):
-    model, clean, corrupt, tgt = setup
+def test_kv_cache_patching_equals_full_recomputation(minimal_pair, sites):
+    model, clean, corrupt, tgt = minimal_pair
     clean_cache = cache_activations(model, clean, tgt)
     with torch.no_grad(), patch(model, clean_cache, sites):
         stepped = _step_logits(model, corrupt, tgt, use_cache=True)
@@ -144,8 +132,8 @@ def test_kv_cache_patching_equals_full_recomputation(setup, sites):
     torch.testing.assert_close(stepped, teacher, atol=1e-5, rtol=1e-5)
 
 
-def test_patched_greedy_with_and_without_cache(setup):
-    model, clean, corrupt, tgt = setup
+def test_patched_greedy_with_and_without_cache(minimal_pair):
+    model, clean, corrupt, tgt = minimal_pair
     clean_cache = cache_activations(model, clean, tgt)
     sites = ["dec.0.resid", Site("enc.1.resid", pos=2)]
     fast = patched_greedy(model, corrupt, clean_cache, sites, use_cache=True, max_extra=5)
@@ -154,8 +142,8 @@ def test_patched_greedy_with_and_without_cache(setup):
     assert all_hooks(model) == 0
 
 
-def test_no_hook_remains_after_the_block_or_an_exception(setup):
-    model, clean, corrupt, tgt = setup
+def test_no_hook_remains_after_the_block_or_an_exception(minimal_pair):
+    model, clean, corrupt, tgt = minimal_pair
     assert all_hooks(model) == 0
     cache = cache_activations(model, clean, tgt)
     assert all_hooks(model) == 0
@@ -172,8 +160,8 @@ def test_no_hook_remains_after_the_block_or_an_exception(setup):
     assert all_hooks(model) == 0
 
 
-def test_unknown_site_lists_the_valid_ones(setup):
-    model, clean, _, tgt = setup
+def test_unknown_site_lists_the_valid_ones(minimal_pair):
+    model, clean, _, tgt = minimal_pair
     cache = cache_activations(model, clean, tgt)
     with pytest.raises(PatchingError, match=r"enc\.embed.*dec\.2\.resid"), patch(model, cache, ["enc.9.resid"]):
         pass
@@ -191,8 +179,8 @@ def test_unequal_pair_lengths_are_refused():
         positions_differing(list(range(7)), list(range(8)))
 
 
-def test_cache_from_another_model_is_refused(setup):
-    model, clean, _, tgt = setup
+def test_cache_from_another_model_is_refused(minimal_pair):
+    model, clean, _, tgt = minimal_pair
     other = build_model(preset("tiny", d_model=32, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
     cache = cache_activations(other, clean, tgt)
     with pytest.raises(PatchingError, match="another model"), patch(model, cache, ["enc.0.resid"]):
@@ -235,11 +223,11 @@ def test_an_imported_marian_model_is_patched_like_ours(name):
     assert all_hooks(model) == 0
 
 
-def test_beam_search_under_a_patch_is_the_same_with_and_without_the_kv_cache(setup):
+def test_beam_search_under_a_patch_is_the_same_with_and_without_the_kv_cache(minimal_pair):
     """Beam search expands the batch to the beams and reorders the cache: a one-sentence cache is broadcast."""
     from workbench.translation.decode import beam_search
 
-    model, clean, corrupt, tgt = setup
+    model, clean, corrupt, tgt = minimal_pair
     clean_cache = cache_activations(model, clean, tgt)
     sites = [Site("enc.1.resid", pos=2), "dec.1.resid", Site("dec.2.cross.z", head=1)]
     with patch(model, clean_cache, sites):

@@ -6,33 +6,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench import build_model, preset
 from workbench.errors import PatchingError
+from workbench.inspect import patching_sweeps as sweeps
 from workbench.inspect.patching import Site, cache_activations, patch, site_names
-from workbench.inspect.patching_sweeps import (
-    GaussianNoise,
-    LogitDiff,
-    PatchingResult,
-    path_patching,
-    prepare_pair,
-    sweep_heads,
-    sweep_position_groups,
-    sweep_positions,
-)
 
 
 @pytest.fixture(scope="module")
-def setup():
-    torch.manual_seed(0)
-    model = build_model(preset("tiny", d_model=48, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
-    clean = torch.randint(4, 40, (1, 7))
-    corrupt = clean.clone()
-    corrupt[0, 2] = (clean[0, 2] + 5) % 36 + 4
-    tgt = torch.randint(4, 40, (1, 6))
-    tgt[0, 0] = 2
+def setup(minimal_pair):
+    """The minimal pair and a logit difference at target position 4 between the clean run's two likeliest tokens."""
+    model, clean, corrupt, tgt = minimal_pair
     logits = model(clean, tgt)[0, 4]
     good, bad = logits.topk(2).indices.tolist()
-    return model, clean, corrupt, tgt, LogitDiff(4, good, bad)
+    return model, clean, corrupt, tgt, sweeps.LogitDiff(4, good, bad)
 
 
 @torch.no_grad()
@@ -43,7 +28,7 @@ def _score(model, src, tgt, metric, clean_m, corrupt_m):
 @pytest.mark.parametrize("direction", ["clean->corrupted", "corrupted->clean"])
 def test_position_sweep_cells_equal_single_patches(setup, direction):
     model, clean, corrupt, tgt, metric = setup
-    res = sweep_positions(model, clean, corrupt, tgt, metric, family="resid_enc", direction=direction, batch_size=5)
+    res = sweeps.sweep_positions(model, clean, corrupt, tgt, metric, family="resid_enc", direction=direction, batch_size=5)
     assert res.values.shape == (3, 7) and res.axes == ("layer", "src_pos")
     donor = cache_activations(model, clean if direction == "clean->corrupted" else corrupt, tgt)
     base = corrupt if direction == "clean->corrupted" else clean
@@ -61,7 +46,7 @@ def test_position_sweep_cells_equal_single_patches(setup, direction):
 @pytest.mark.parametrize("family", ["memory", "resid_dec"])
 def test_other_position_families(setup, family):
     model, clean, corrupt, tgt, metric = setup
-    res = sweep_positions(model, clean, corrupt, tgt, metric, family=family)
+    res = sweeps.sweep_positions(model, clean, corrupt, tgt, metric, family=family)
     n_pos = 7 if family == "memory" else 6
     assert res.values.shape == (3 if family == "memory" else 4, n_pos)
     donor = cache_activations(model, clean, tgt)
@@ -79,10 +64,10 @@ def test_other_position_families(setup, family):
 
 def test_head_sweep_cells_equal_single_patches(setup):
     model, clean, corrupt, tgt, metric = setup
-    pair = prepare_pair(model, clean, corrupt, tgt, metric)
+    pair = sweeps.prepare_pair(model, clean, corrupt, tgt, metric)
     donor = cache_activations(model, clean, tgt)
     for family, site in [("enc_self", "enc.{l}.self.z"), ("cross", "dec.{l}.cross.z"), ("dec_self", "dec.{l}.self.z")]:
-        res = sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=pair, batch_size=3)
+        res = sweeps.sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=pair, batch_size=3)
         assert res.axes == ("layer", "head") and res.values.shape[1] == 4
         layer, head = res.values.shape[0] - 1, 2
         with patch(model, donor, [Site(site.format(l=layer), head=head)]):
@@ -93,18 +78,18 @@ def test_head_sweep_cells_equal_single_patches(setup):
 
 def test_gaussian_noise_is_causal_tracing(setup):
     model, clean, _, tgt, metric = setup
-    noise = GaussianNoise(positions=(1, 2), scale=3.0, seed=0)
-    res = sweep_positions(model, clean, noise, tgt, metric, family="resid_enc")
+    noise = sweeps.GaussianNoise(positions=(1, 2), scale=3.0, seed=0)
+    res = sweeps.sweep_positions(model, clean, noise, tgt, metric, family="resid_enc")
     assert res.corrupted_metric != pytest.approx(res.clean_metric)
     # restoring the clean embedding at one noised position removes that position's noise only
     assert torch.allclose(res.values[0, [0, 3, 4, 5, 6]], torch.zeros(5), atol=1e-5)
-    both = prepare_pair(model, clean, noise, tgt, metric)
+    both = sweeps.prepare_pair(model, clean, noise, tgt, metric)
     with noise.applied(model, 7), patch(model, both.clean, [Site("enc.embed", pos=(1, 2))]):
         assert torch.allclose(model(clean, tgt), both.clean.logits, atol=1e-6)
     with pytest.raises(PatchingError, match="outside the 7 source tokens"):
-        GaussianNoise(positions=(9,)).noise(model, 7)
+        sweeps.GaussianNoise(positions=(9,)).noise(model, 7)
     # decoder-only sites share one encoder run across the batch: it must be the noised one
-    mem = sweep_positions(model, clean, noise, tgt, metric, family="memory", batch_size=4)
+    mem = sweeps.sweep_positions(model, clean, noise, tgt, metric, family="memory", batch_size=4)
     with noise.applied(model, 7), patch(model, both.clean, [Site(s, pos=2) for s in ("dec.2.cross.k", "dec.2.cross.v")]):
         single = _score(model, clean, tgt, metric, mem.clean_metric, mem.corrupted_metric)
     assert mem.values[2, 2].item() == pytest.approx(single, abs=1e-4)
@@ -113,7 +98,7 @@ def test_gaussian_noise_is_causal_tracing(setup):
 
 def test_path_patching_matches_a_two_step_computation(setup):
     model, clean, corrupt, tgt, metric = setup
-    res = path_patching(model, clean, corrupt, tgt, metric, batch_size=50)
+    res = sweeps.path_patching(model, clean, corrupt, tgt, metric, batch_size=50)
     assert res.values.shape == (2, 4, 3, 4)
     donor, base = cache_activations(model, clean, tgt), cache_activations(model, corrupt, tgt)
     enc_z = [s for s in site_names(model) if s.startswith("enc.") and s.endswith(".z")]
@@ -124,33 +109,33 @@ def test_path_patching_matches_a_two_step_computation(setup):
             single = _score(model, corrupt, tgt, metric, res.clean_metric, res.corrupted_metric)
         assert res.values[sl, sh, rl, rh].item() == pytest.approx(single, abs=1e-4)
     assert res.values.abs().max() > 1e-3  # some path carries something, so the comparison above is not 0 = 0
-    last = path_patching(model, clean, corrupt, tgt, metric, receiver_layers=[2])
+    last = sweeps.path_patching(model, clean, corrupt, tgt, metric, receiver_layers=[2])
     assert last.values.shape == (2, 4, 1, 4) and last.labels["receiver_layer"] == ("2",)
     assert torch.allclose(last.values[:, :, 0], res.values[:, :, 2], atol=1e-5)
     with pytest.raises(PatchingError, match="receiver_layers"):
-        path_patching(model, clean, corrupt, tgt, metric, receiver_layers=[3])
+        sweeps.path_patching(model, clean, corrupt, tgt, metric, receiver_layers=[3])
 
 
 def test_bad_sweep_input(setup):
     model, clean, corrupt, tgt, metric = setup
     with pytest.raises(PatchingError, match="7 tokens and the corrupted one 8"):
-        sweep_positions(model, clean, torch.randint(4, 40, (1, 8)), tgt, metric)
+        sweeps.sweep_positions(model, clean, torch.randint(4, 40, (1, 8)), tgt, metric)
     with pytest.raises(PatchingError, match="unknown layer x position family"):
-        sweep_positions(model, clean, corrupt, tgt, metric, family="resid")
+        sweeps.sweep_positions(model, clean, corrupt, tgt, metric, family="resid")
     with pytest.raises(PatchingError, match="unknown direction"):
-        sweep_positions(model, clean, corrupt, tgt, metric, direction="both")
+        sweeps.sweep_positions(model, clean, corrupt, tgt, metric, direction="both")
     with pytest.raises(PatchingError, match="does not change the metric"):
-        sweep_positions(model, clean, clean, tgt, metric)
+        sweeps.sweep_positions(model, clean, clean, tgt, metric)
     with pytest.raises(PatchingError, match="two different tokens"):
-        LogitDiff(3, 5, 5)
+        sweeps.LogitDiff(3, 5, 5)
     with pytest.raises(PatchingError, match="labels"):
-        PatchingResult(torch.zeros(2, 3), torch.zeros(2, 3), ("a", "b"), {"a": ("x", "y"), "b": ("1",)}, "f",
+        sweeps.PatchingResult(torch.zeros(2, 3), torch.zeros(2, 3), ("a", "b"), {"a": ("x", "y"), "b": ("1",)}, "f",
                        "clean->corrupted", 1.0, 0.0)
 
 
 def test_position_groups_patch_every_position_of_a_group_at_once(setup):
     model, clean, corrupt, tgt, metric = setup
-    res = sweep_position_groups(model, clean, corrupt, tgt, metric, {"edit": [2], "pair": [1, 4], "all": list(range(7))})
+    res = sweeps.sweep_position_groups(model, clean, corrupt, tgt, metric, {"edit": [2], "pair": [1, 4], "all": list(range(7))})
     assert res.axes == ("layer", "group") and res.values.shape == (3, 3)
     assert res.values[0, 0].item() == pytest.approx(1.0, abs=1e-5)  # the embedding at the edit: the clean run
     assert torch.allclose(res.values[:, 2], torch.ones(3), atol=1e-5)  # every position of a layer: the clean run
@@ -159,4 +144,4 @@ def test_position_groups_patch_every_position_of_a_group_at_once(setup):
         single = _score(model, corrupt, tgt, metric, res.clean_metric, res.corrupted_metric)
     assert res.values[1, 1].item() == pytest.approx(single, abs=1e-4)
     with pytest.raises(PatchingError, match="within 0..6"):
-        sweep_position_groups(model, clean, corrupt, tgt, metric, {"bad": [9]})
+        sweeps.sweep_position_groups(model, clean, corrupt, tgt, metric, {"bad": [9]})

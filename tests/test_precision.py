@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from conftest import projected_loss_case
 
 import workbench as wb
 from workbench import runtime
@@ -101,15 +101,10 @@ def test_cli_bf16_without_units_is_one_line_and_exit_2(no_bf16, capsys):
 # -- the bf16 kernels against fp32 references -------------------------------------------------------------------
 @pytest.mark.parametrize("n_rows", [1, 130, 700])  # below, at and across the chunk size (131 rows of 8000)
 def test_bf16_projected_loss_matches_fp32_reference(n_rows):
-    torch.manual_seed(5)
-    hidden = torch.randn(n_rows, 64, requires_grad=True)
-    weight = (torch.randn(8000, 64) * 0.2).requires_grad_()
-    y = torch.randint(0, 8000, (n_rows,))
+    hidden, weight, y, ref, g2 = projected_loss_case(n_rows)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ours = kernels.projected_label_smoothed_cross_entropy(hidden, weight, y, 0.1)
     g1 = torch.autograd.grad(ours / n_rows, (hidden, weight))
-    ref = F.cross_entropy(hidden @ weight.t(), y, label_smoothing=0.1, reduction="sum")
-    g2 = torch.autograd.grad(ref / n_rows, (hidden, weight))
     assert ours.dtype == torch.float32 and all(g.dtype == torch.float32 for g in g1)  # fp32 loss, fp32 gradients
     # bf16 products (8 bits of mantissa) summed over 64 terms: about 1 % of a logit; measured here 0.2 %
     torch.testing.assert_close(ours, ref, rtol=1e-2, atol=1e-2)

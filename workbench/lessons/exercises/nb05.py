@@ -138,15 +138,7 @@ def greedy_loop(next_logits, bos_id: int, eos_id: int, max_len: int) -> list[int
 
     ``next_logits(prefix)`` takes the list of tokens so far (bos first) and returns the next token's logits (V,).
     """
-    prefix = [bos_id]
-    for t in range(max_len):
-        nxt = int(next_logits(prefix).argmax())
-        if t + 1 >= max_len:
-            nxt = eos_id  # out of budget: end it
-        prefix.append(nxt)
-        if nxt == eos_id:
-            break
-    return prefix[1:]
+    return _loop(next_logits, bos_id, eos_id, max_len)  # every switch at its right setting
 
 
 class BigramModel:
@@ -176,6 +168,7 @@ def _loop_cases() -> list[Case]:
 
 
 def _loop(next_logits, bos_id, eos_id, max_len, keep_eos=True, keep_bos=False, stop=True, force=True):
+    """The greedy loop with a switch for each planted mistake; at the defaults it is :func:`greedy_loop`."""
     prefix = [bos_id]
     for t in range(max_len):
         nxt = int(next_logits(prefix).argmax())
