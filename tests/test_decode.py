@@ -83,3 +83,35 @@ def test_bad_settings_raise_clear_errors(model, src):
 def test_length_penalty_formula():
     assert length_penalty(torch.tensor(1), 0.6).item() == pytest.approx(1.0)
     assert length_penalty(torch.tensor(10), 0.6).item() == pytest.approx((15 / 6) ** 0.6)
+    lengths = torch.arange(300)
+    alone = torch.stack([length_penalty(n, 1.4) for n in lengths])  # one length at a time
+    assert torch.equal(length_penalty(lengths, 1.4), alone)  # the same number wherever it sits in a batch
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_beam_search_on_fewer_rows_finds_what_the_full_batch_finds(arch, monkeypatch):
+    """Step 0 fed once per sentence and stopped sentences leaving the batch change nothing: same tokens, same
+    scores to the bit, as the search that keeps all B*K rows to the end (both off when the row floor is out of
+    reach)."""
+    import workbench.translation.decode as decode
+
+    torch.manual_seed(3)
+    if arch == "rnn":
+        model = build_rnn(RNNConfig(d_model=32, n_layers=2, max_len=64), 40, 40).eval()
+    else:
+        model = build_model(preset("tiny", max_len=64), 40, 40).eval()
+    src = torch.randint(4, 40, (9, 11), generator=torch.Generator().manual_seed(4))
+    for row, n in enumerate([11, 3, 7, 2, 9, 5, 11, 4, 6]):
+        src[row, n:] = 0
+    rows_fed = []
+    real_step = decode._Stepper.__call__
+    monkeypatch.setattr(decode._Stepper, "__call__", lambda self, prefix: rows_fed.append(len(prefix)) or
+                        real_step(self, prefix))
+    fewer, s_fewer = beam_search(model, src, beam=4, max_extra=8, return_scores=True)
+    assert rows_fed[:2] == [9, 36] and min(rows_fed) <= 8  # step 0 folded, then all rows, then fewer
+    monkeypatch.setattr(decode, "_SAME_ROUNDING_ROWS", 10**6)
+    rows_fed.clear()
+    full, s_full = beam_search(model, src, beam=4, max_extra=8, return_scores=True)
+    assert set(rows_fed) == {36}
+    assert torch.equal(fewer, full)
+    assert torch.equal(s_fewer, s_full)

@@ -56,8 +56,14 @@ DECODING = DecodeConfig()  # the defaults of every decoding function, command an
 
 
 def length_penalty(length: Tensor, alpha: float) -> Tensor:
-    """GNMT length penalty ((5 + |Y|) / 6) ** alpha."""
-    return ((5.0 + length.float()) / 6.0) ** alpha
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha, in float32.
+
+    Computed in float64 and rounded, so a length gets the same value wherever it is computed: float32's vectorised
+    ``pow`` can differ in the last bit with the element's place in the tensor, which would let the size of a batch
+    decide a near-tie (MPS has no float64: float32 there).
+    """
+    wide = torch.float32 if length.device.type == "mps" else torch.float64
+    return (((5.0 + length.to(wide)) / 6.0) ** alpha).float()
 
 
 def _step_limits(model: Seq2Seq, src: Tensor, max_extra: int, max_len: int | None) -> Tensor:
@@ -222,8 +228,18 @@ def beam_search(
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
         limits = _step_limits(model, src, max_extra, max_len).repeat_interleave(K)  # (B*K,)
-        expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
-        step = _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache)
+        expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) each sentence's row, K times
+        # step 0: the K beams of a sentence all hold bos, so each sentence is fed once and its state copied K times
+        # afterwards (K times fewer rows, and the memory's cross-attention keys/values projected once per sentence)
+        fold = B >= _SAME_ROUNDING_ROWS
+        step = (_Stepper(model, memory, src_mask, use_cache) if fold
+                else _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache))
+        # a sentence whose search has stopped leaves the batch (its rows would only extend with padding); tracing
+        # (on_step) sees every sentence at every step
+        shrink = on_step is None
+        alive = torch.arange(B, device=device)  # (b,) the sentences still searched, b <= B
+        best_seqs: list[Tensor | None] = [None] * B  # each stopped sentence's best hypothesis (bos first)
+        best_scores = torch.zeros(B, device=device)  # and its normalised score
         seqs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
         scores = torch.zeros(B, K, device=device)
         scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at first
@@ -231,7 +247,14 @@ def beam_search(
         lengths = torch.zeros(B * K, dtype=torch.long, device=device)
         done = torch.zeros(B * K, dtype=torch.bool, device=device)
         for t in range(int(limits.max())):
-            logp = torch.log_softmax(step(seqs).float(), dim=-1)  # (B*K, V)
+            b = alive.shape[0]
+            if t == 0 and fold:
+                logits = step(seqs[::K])  # (B, V) one row per sentence
+                step.reorder(expand)  # memory, mask and caches: (B, ...) -> (B*K, ...)
+                logits = logits.index_select(0, expand)  # (B*K, V)
+            else:
+                logits = step(seqs)  # (b*K, V)
+            logp = torch.log_softmax(logits.float(), dim=-1)  # (b*K, V)
             Vt = logp.shape[-1]
             over = t + 1 >= limits
             if t == 0:  # one row each, (1, V): only eos, only padding
@@ -240,12 +263,12 @@ def beam_search(
                 frozen = torch.full_like(logp[:1], float("-inf"))
                 frozen[:, model.pad_id] = 0.0
             if bool(over.any()):
-                logp = torch.where(over[:, None], forced, logp)  # budget spent: only eos
+                logp[over] = forced  # budget spent: only eos
             if bool(done.any()):
-                logp = torch.where(done[:, None], frozen, logp)  # finished: extend with padding at no cost
-            cand = (scores[:, None] + logp).view(B, K * Vt)  # (B, K*V)
-            top, idx = cand.topk(K, dim=-1)  # (B, K)
-            origin = (idx // Vt + torch.arange(B, device=device)[:, None] * K).view(-1)  # (B*K,) source beam rows
+                logp[done] = frozen  # finished: extend with padding at no cost
+            cand = (scores[:, None] + logp).view(b, K * Vt)  # (b, K*V)
+            top, idx = cand.topk(K, dim=-1)  # (b, K)
+            origin = (idx // Vt + torch.arange(b, device=device)[:, None] * K).view(-1)  # (b*K,) source beam rows
             token = (idx % Vt).view(-1)
             step.reorder_beams(origin)  # each row's origin is a beam of its own sentence
             seqs = torch.cat([seqs.index_select(0, origin), token[:, None]], dim=1)
@@ -255,20 +278,50 @@ def beam_search(
             scores = top.view(-1)
             # early stop per sentence: log-probabilities only fall, so an unfinished beam can at best reach
             # score / lp(limit); once the best finished hypothesis beats that bound, the sentence is decided
-            finished_best = torch.where(done, scores / length_penalty(lengths, alpha), float("-inf")).view(B, K).max(-1).values
-            bound = torch.where(done, float("-inf"), scores / length_penalty(limits, alpha)).view(B, K).max(-1).values
+            finished_best = torch.where(done, scores / length_penalty(lengths, alpha), float("-inf")).view(b, K).max(-1).values
+            bound = torch.where(done, float("-inf"), scores / length_penalty(limits, alpha)).view(b, K).max(-1).values
             if early_stop:
                 done = done | (finished_best >= bound).repeat_interleave(K)
             if on_step is not None:
                 on_step({"candidates": cand, "origin": origin, "token": token, "scores": scores, "lengths": lengths,
                          "done": done, "limits": limits})
-            if bool(done.all()):
+            stopped = done.view(b, K).all(-1)  # (b,)
+            if bool(stopped.all()):
                 break
-        normalised = (scores / length_penalty(lengths, alpha)).view(B, K)
-        best = normalised.argmax(-1)  # (B,)
-        rows = torch.arange(B, device=device) * K + best
-        result = seqs.index_select(0, rows)[:, 1:]
-        return (result, normalised.gather(1, best[:, None]).squeeze(1)) if return_scores else result
+            if shrink and bool(stopped.any()) and int((~stopped).sum()) * K >= _SAME_ROUNDING_ROWS:
+                _keep_best(best_seqs, best_scores, alive[stopped], seqs.view(b, K, -1)[stopped],
+                           (scores / length_penalty(lengths, alpha)).view(b, K)[stopped])
+                rows = (~stopped).repeat_interleave(K).nonzero().squeeze(1)  # (b'*K,) the rows searched on
+                step.reorder(rows)
+                seqs, scores, lengths, done, limits = (x.index_select(0, rows) for x in (seqs, scores, lengths, done,
+                                                                                          limits))
+                alive = alive[~stopped]
+        b = alive.shape[0]
+        _keep_best(best_seqs, best_scores, alive, seqs.view(b, K, -1), (scores / length_penalty(lengths, alpha)).view(b, K))
+        result = torch.full((B, seqs.shape[1] - 1), model.pad_id, dtype=torch.long, device=device)  # (B, T)
+        for i, row in enumerate(best_seqs):
+            result[i, : row.shape[0] - 1] = row[1:]
+        return (result, best_scores) if return_scores else result
+
+
+# A CPU matrix product in float32 rounds each row the same way whatever the number of rows, from 4 rows up; below 4
+# it takes another kernel and may round differently (measured with torch 2.13 on AVX-512, every layer shape of the
+# shipped models). Beam search changes its batch's row count only where both counts are at least this, so folding
+# step 0 and dropping stopped sentences leave every score, bit for bit, as in the full batch.
+_SAME_ROUNDING_ROWS = 4
+
+
+def _keep_best(best_seqs: list[Tensor | None], best_scores: Tensor, sentences: Tensor, seqs: Tensor,
+               normalised: Tensor) -> None:
+    """Store the best hypothesis of each stopped sentence (ranked by log P / lp, as at the end of the search).
+
+    Shapes:
+        sentences (n,) indices into the batch, seqs (n, K, t) their hypotheses, normalised (n, K) their scores
+    """
+    best = normalised.argmax(-1)  # (n,)
+    for j, i in enumerate(sentences.tolist()):
+        best_seqs[i] = seqs[j, best[j]]
+    best_scores[sentences] = normalised.gather(1, best[:, None]).squeeze(1)
 
 
 _NEG = -1.0e9  # "impossible" as transformers writes it (a finite number, so sums stay ordered)
