@@ -4,6 +4,10 @@ Paper section 6.1: beam size 4, length penalty alpha = 0.6, maximum output lengt
 stopping early when possible. The length penalty is GNMT's, lp(Y) = ((5 + |Y|) / 6) ** alpha. These settings are
 :data:`DECODING` (a :class:`DecodeConfig`), the one place every default of decoding comes from: here, in the
 command line, the pipeline and the shipped models' cards.
+
+Beam search saves work without changing a result: step 0 is fed once per sentence (its K beams all hold bos) and a
+sentence whose search has stopped leaves the batch, so the decoder runs on fewer rows than the B*K of a plain
+implementation (transformers' ``generate`` runs them all until the batch ends).
 """
 
 from __future__ import annotations
