@@ -553,8 +553,8 @@ with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 assert metrics["layernorm_error"] < 1e-5 and metrics["wiring_error"] < 1e-5          # the layers are wired as written
 assert metrics["post_resid_norm_error"] < 1e-2 * math.sqrt(D_MODEL)                  # post-LN: every layer ends at norm √d
-# pre-LN: the stream grows with depth (last / first layer 1.6 to 2.1 in both stacks over four seeds while developing;
-# not necessarily at every single layer, since x and F(LN(x)) can partly cancel)
+# pre-LN: the stream grows with depth (last / first layer above 1.3 in both stacks, with a margin, at every seed tried
+# while developing; not necessarily at every single layer, since x and F(LN(x)) can partly cancel)
 assert metrics["pre_resid_growth_enc"] > 1.3 and metrics["pre_resid_growth_dec"] > 1.3
 # The depth, width, task and learning-rate claims below were measured at the default settings (over several seeds
 # while developing); other settings are for exploring, and their outcome is printed instead of checked.
@@ -563,14 +563,13 @@ pw, pn, Pn = (metrics[f"{k}_val_loss"] for k in ("postln_warmup", "postln_no_war
 print(f"decoder gradient ratio last/first: post-LN {metrics['post_dec_grad_ratio']:.2f}, pre-LN {metrics['pre_dec_grad_ratio']:.2f}; "
       f"validation loss: post-LN warm-up {pw:.3f}, post-LN none {pn:.3f}, pre-LN none {Pn:.3f}")
 if measured:
-    # gradients at initialisation: post-LN's decoder gradients grow towards the output (last / first decoder
-    # layer 1.95 to 6.8 over four seeds while developing), pre-LN's do not (0.55 to 0.76); 1.5 and 1.2 sit between
+    # gradients at initialisation: post-LN's decoder gradients grow towards the output (last / first decoder layer
+    # above 1.5 at every seed tried while developing), pre-LN's do not (below 1.2); the line above prints this run's
     assert metrics["post_dec_grad_ratio"] > 1.5 and metrics["pre_dec_grad_ratio"] < 1.2
-# warm-up: post-LN without it lags behind post-LN with it, and pre-LN without it does not. While developing, over
-# four seeds, the lag was 0.2 to 0.43 nats of validation loss after 100 steps and 0.8 to 1.5 after 300; pre-LN
-# without warm-up was ahead of post-LN without it by 0.53 or more after 100 steps, and ahead of post-LN *with*
-# warm-up by 0.6 or more after 300. The SMOKE run (100 steps) asserts the early gap with a margin of two standard
-# errors of the validation loss (0.05); the full run asserts the larger gaps.
+# warm-up: post-LN without it lags behind post-LN with it, and pre-LN without it does not. The lag grows with
+# training, so the SMOKE run (100 steps) asserts the early gap, with a margin of about two standard errors of the
+# validation loss, and the full run the larger gaps; thresholds sit below what every seed tried while developing
+# reached, and the line above prints this run's three losses.
 if measured and train_steps == 100:
     assert pn > pw + 0.05 and Pn < pn - 0.2, (pw, pn, Pn)
 elif measured:

@@ -277,10 +277,9 @@ assert metrics["pronoun_emitted"] in EN_PRONOUNS
 assert metrics["antecedent_max_cross"] > metrics["antecedent_uniform_share"]
 assert metrics["antecedent_max_enc"] > metrics["antecedent_uniform_share"]
 if (PRONOUN_SENTENCE, ANTECEDENT, PRONOUN) == ("Eine Frau verwendet eine Bohrmaschine während ein Mann sie fotografiert.", "Frau", "sie"):
-    # what the prose says of the default sentence: "her"; encoder heads read "Frau" most (two of them, measured), no
-    # cross head does, and the best cross head's weight on it is specific to the pronoun row. Measured with the model
-    # shipped now (dropout 0.2): largest encoder weight 0.84, best cross head L0 H7 0.185, 0.013 from the other output
-    # tokens, uniform 0.077; the earlier models' default sentences, and why they changed, are in the prose above
+    # what the prose says of the default sentence, with the shipped model: "her"; at least one encoder head reads
+    # "Frau" most, no cross head does, and the best cross head's weight on it is specific to the pronoun row (the
+    # cells above print these weights)
     assert metrics["pronoun_emitted"] == "her"
     assert metrics["heads_reading_antecedent_most_cross"] == 0 and metrics["heads_reading_antecedent_most_enc"] >= 1
     assert metrics["antecedent_cross_elsewhere"] < metrics["antecedent_max_cross"] / 2   # specific to the pronoun row
