@@ -86,21 +86,8 @@ def comment_figures(source: str) -> list[str]:
             if NUMBER.search(n).group(1) not in in_code]
 
 
-# Lessons whose code comments are not checked yet, each with why.
-COMMENTS_EXEMPT = {
-    # its closing cell's comments still quote earlier runs' figures ("measured: +0.56 nats against 0.013 ..."): the
-    # lesson is being rewritten as a whole, so its comments are left to that rewrite; remove this entry with it
-    "11_variations",
-}
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
 def test_lesson_code_comments_hold_no_figures_from_earlier_runs(path):
-    if path.stem in COMMENTS_EXEMPT:
-        nb = nbformat.read(str(path), as_version=4)
-        still = [n for cell in nb.cells if cell.cell_type == "code" for n in comment_figures(cell.source)]
-        assert still, f"{path.name}'s comments now pass: remove it from COMMENTS_EXEMPT"
-        return
     nb = nbformat.read(str(path), as_version=4)
     found = [(i, n) for i, cell in enumerate(nb.cells) if cell.cell_type == "code" for n in comment_figures(cell.source)]
     assert not found, (f"{path.name}: code comments hold measured-looking figures {found} (cell index, figure): print "
