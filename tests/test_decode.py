@@ -89,6 +89,32 @@ def test_length_penalty_formula():
 
 
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_greedy_on_fewer_rows_finds_what_the_full_batch_finds(arch, monkeypatch):
+    """Finished sentences leaving the batch change nothing: the same tokens as decoding all B rows to the end."""
+    import workbench.translation.decode as decode
+
+    torch.manual_seed(3)
+    if arch == "rnn":
+        model = build_rnn(RNNConfig(d_model=32, n_layers=2, max_len=64), 40, 40).eval()
+    else:
+        model = build_model(preset("tiny", max_len=64), 40, 40).eval()
+    src = torch.randint(4, 40, (9, 11), generator=torch.Generator().manual_seed(4))
+    for row, n in enumerate([11, 3, 7, 2, 9, 5, 11, 4, 6]):
+        src[row, n:] = 0
+    rows_fed = []
+    real_step = decode._Stepper.__call__
+    monkeypatch.setattr(decode._Stepper, "__call__", lambda self, prefix: rows_fed.append(len(prefix)) or
+                        real_step(self, prefix))
+    fewer = greedy_decode(model, src, max_extra=8)
+    assert rows_fed[0] == 9 and min(rows_fed) < 9  # all rows, then fewer
+    monkeypatch.setattr(decode, "_SAME_ROUNDING_ROWS", 10**6)
+    rows_fed.clear()
+    full = greedy_decode(model, src, max_extra=8)
+    assert set(rows_fed) == {9}
+    assert torch.equal(fewer, full)
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
 def test_beam_search_on_fewer_rows_finds_what_the_full_batch_finds(arch, monkeypatch):
     """Step 0 fed once per sentence and stopped sentences leaving the batch change nothing: same tokens, same
     scores to the bit, as the search that keeps all B*K rows to the end (both off when the row floor is out of

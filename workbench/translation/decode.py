@@ -5,9 +5,9 @@ stopping early when possible. The length penalty is GNMT's, lp(Y) = ((5 + |Y|) /
 :data:`DECODING` (a :class:`DecodeConfig`), the one place every default of decoding comes from: here, in the
 command line, the pipeline and the shipped models' cards.
 
-Beam search saves work without changing a result: step 0 is fed once per sentence (its K beams all hold bos) and a
-sentence whose search has stopped leaves the batch, so the decoder runs on fewer rows than the B*K of a plain
-implementation (transformers' ``generate`` runs them all until the batch ends).
+Both searches save work without changing a result: a sentence whose search has stopped leaves the batch, and beam
+search feeds step 0 once per sentence (its K beams all hold bos), so the decoder runs on fewer rows than the B*K of a
+plain implementation (transformers' ``generate`` runs them all until the batch ends).
 """
 
 from __future__ import annotations
@@ -163,11 +163,15 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
         memory = model.encode(src, src_mask)
         limits = _step_limits(model, src, max_extra, max_len)  # (B,)
         step = _Stepper(model, memory, src_mask, use_cache)
-        B = src.shape[0]
+        B, T = src.shape[0], int(limits.max())
+        # a finished sentence leaves the batch (as in beam_search); on_step sees every sentence at every step
+        shrink = on_step is None
+        alive = torch.arange(B, device=src.device)  # (b,) the sentences still decoded
+        result = torch.full((B, T), model.pad_id, dtype=torch.long, device=src.device)
         out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
-        for t in range(int(limits.max())):
-            logits = step(out)  # (B, V)
+        for t in range(T):
+            logits = step(out)  # (b, V)
             nxt = logits.argmax(-1)
             nxt = torch.where(t + 1 >= limits, torch.full_like(nxt, eos_id), nxt)  # out of budget: end it
             nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
@@ -177,7 +181,13 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
             done |= nxt == eos_id
             if bool(done.all()):
                 break
-        return out[:, 1:]
+            if shrink and bool(done.any()) and int((~done).sum()) >= _SAME_ROUNDING_ROWS:
+                result[alive[done], : t + 1] = out[done, 1:]
+                rows = (~done).nonzero().squeeze(1)  # (b',) the sentences decoded on
+                step.reorder(rows)
+                out, limits, alive, done = out[rows], limits[rows], alive[rows], done[rows]
+        result[alive, : out.shape[1] - 1] = out[:, 1:]
+        return result[:, : out.shape[1] - 1]
 
 
 @torch.no_grad()
