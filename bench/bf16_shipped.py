@@ -8,6 +8,11 @@ The report holds, per model: the card's score, both scores here, their differenc
 ratio (the beam-4 decoding speed-up on real sentences), the machine's load average before and after (a shared
 machine is said to be shared), and the provenance record (:mod:`workbench.tools.provenance`). bf16 needs a CPU with
 bf16 matrix units (``--precision bf16`` refuses otherwise).
+
+The two whole-split timings run one after the other, so a busy spell of a shared machine can fall on one format only.
+``race`` then times the split again batch by batch (the 64-sentence length-sorted batches of ``translate``), both
+formats on every batch, which one goes first alternating from batch to batch: its ``speedup_bf16`` (summed fp32 time
+over summed bf16 time) and ``median_batch_speedup_bf16`` are the figures to read on a loaded machine.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import json
 import logging
 import os
 import sys
+import time
+from typing import Any
 
 import torch
 
@@ -26,6 +33,30 @@ from workbench.translation.pipeline import load_pairs, score
 from workbench.translation.shipped import default_alpha, list_pretrained, load_any, read_card
 
 TOLERANCE = 0.3  # BLEU: the issue's bound on bf16 decoding against the card
+
+
+def race(model: torch.nn.Module, tokenizer: Any, sources: list[str], beam: int, alpha: float,
+         device: torch.device, bf16: Any, batch_size: int = 64) -> dict[str, Any]:
+    """Decode ``sources`` batch by batch in fp32 and in bf16, alternating which goes first; times per batch."""
+    from workbench.translation.decode import translate
+
+    lengths = [len(ids) for ids in tokenizer.encode_src(sources)]
+    order = sorted(range(len(sources)), key=lambda i: lengths[i])  # as translate() batches
+    batches = [[sources[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)]
+    seconds: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for b, chunk in enumerate(batches):
+        for name, precision in ((("fp32", "fp32"), ("bf16", bf16)) if b % 2 == 0 else
+                                (("bf16", bf16), ("fp32", "fp32"))):
+            start = time.perf_counter()
+            translate(model, tokenizer, chunk, beam=beam, alpha=alpha, batch_size=batch_size, device=device,
+                      precision=precision)
+            seconds[name].append(time.perf_counter() - start)
+    ratios = sorted(f / b for f, b in zip(seconds["fp32"], seconds["bf16"], strict=True))
+    return {"batches": len(batches), "batch_size": batch_size,
+            "fp32_seconds": round(sum(seconds["fp32"]), 2), "bf16_seconds": round(sum(seconds["bf16"]), 2),
+            "speedup_bf16": round(sum(seconds["fp32"]) / sum(seconds["bf16"]), 3),
+            "median_batch_speedup_bf16": round(ratios[len(ratios) // 2], 3),
+            "batch_seconds": {k: [round(t, 3) for t in v] for k, v in seconds.items()}}
 
 
 def main() -> None:
@@ -60,11 +91,14 @@ def main() -> None:
             "bf16_minus_fp32": round(runs["bf16"]["bleu"] - runs["fp32"]["bleu"], 2),
             "within_tolerance": abs(runs["bf16"]["bleu"] - card_bleu) <= TOLERANCE,
             "decode_speedup_bf16": runs["fp32"]["decode_seconds"] / runs["bf16"]["decode_seconds"],
+            "race": race(model, tokenizer, [s for s, _ in pairs], beam, alpha, device, bf16),
         }
         m = report["models"][name]
         print(f"{name}: card {card_bleu:.2f}, fp32 {runs['fp32']['bleu']:.2f}, bf16 {runs['bf16']['bleu']:.2f} "
               f"({m['bf16_minus_card']:+.2f} vs card); decoding {runs['fp32']['decode_seconds']:.0f} s fp32, "
-              f"{runs['bf16']['decode_seconds']:.0f} s bf16 ({m['decode_speedup_bf16']:.2f}x)", flush=True)
+              f"{runs['bf16']['decode_seconds']:.0f} s bf16 ({m['decode_speedup_bf16']:.2f}x); batch by batch, "
+              f"interleaved: {m['race']['speedup_bf16']:.2f}x (median batch {m['race']['median_batch_speedup_bf16']:.2f}x)",
+              flush=True)
     report["load_average_end"] = os.getloadavg()
     report["finished_utc"] = utc_now()
     report["threads"] = torch.get_num_threads()
