@@ -326,3 +326,23 @@ def test_reproducing_a_card_trains_in_the_cards_precision(monkeypatch, tmp_path)
     assert cli.cmd_pretrained(args) == 1
     (argv,) = seen
     assert argv[0] == "train" and argv[argv.index("--precision") + 1] == "fp32"
+
+
+def test_bf16_decoding_step_attention_agrees_with_the_fused_kernel():
+    """A CPU bf16 step with one query per row multiplies the attention out (faster there than the bf16 flash kernel):
+    it agrees with fp32 attention within bf16 rounding, and a fully masked row is zeros, as on the fused path."""
+    torch.manual_seed(8)
+    q, k, v = torch.randn(6, 4, 1, 16), torch.randn(6, 4, 11, 16), torch.randn(6, 4, 11, 16)
+    mask = torch.ones(6, 1, 1, 11, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    mask[2] = False  # no key at all
+    out16, weights = wb.model.attention.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask)
+    out32, _ = wb.model.attention.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert weights is None and out16.dtype == torch.bfloat16
+    torch.testing.assert_close(out16.float(), out32, rtol=2e-2, atol=2e-2)
+    assert torch.equal(out16[2], torch.zeros_like(out16[2]))
+    # one query per row, not the training shapes: several queries still take the fused kernel, and agree too
+    q9 = torch.randn(6, 4, 9, 16)
+    out16, _ = wb.model.attention.scaled_dot_product_attention(q9.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask)
+    out32, _ = wb.model.attention.scaled_dot_product_attention(q9, k, v, mask=mask)
+    torch.testing.assert_close(out16.float(), out32, rtol=2e-2, atol=2e-2)
