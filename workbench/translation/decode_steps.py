@@ -1,0 +1,130 @@
+"""The pieces both searches share: what a model must provide, the paper's decoding settings (:data:`DECODING`), the
+length penalty, each sentence's output budget, and the stepper that feeds the decoder with or without its cache.
+
+:mod:`workbench.translation.decode` builds greedy and beam search from them (and re-exports the public names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from workbench.errors import DecodingError, InputTextError
+from workbench.model.config import validate
+
+
+class Seq2Seq(Protocol):
+    """What decoding needs from a model (both :class:`Transformer` and :class:`RNNSeq2Seq` provide it)."""
+
+    pad_id: int
+    cfg: Any
+
+    def src_mask(self, src: Tensor) -> Tensor: ...
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, cache: Any = None) -> Tensor: ...
+    def init_cache(self, memory: Tensor | None = None, src_mask: Tensor | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to decode: the paper's settings (section 6.1) by default."""
+
+    beam: int = 4  # beam size (1: greedy search)
+    alpha: float = 0.6  # GNMT length penalty exponent, lp(Y) = ((5 + |Y|) / 6) ** alpha (0: no penalty)
+    max_extra: int = 50  # output budget beyond the source length, in tokens (the paper's "input length + 50")
+
+    def __post_init__(self) -> None:
+        validate(isinstance(self.beam, int) and self.beam >= 1, "beam", self.beam, "use 1 (greedy) or more (paper: 4)")
+        validate(isinstance(self.alpha, (int, float)) and self.alpha >= 0, "alpha", self.alpha,
+                 "use 0 or more (paper: 0.6)")
+        validate(isinstance(self.max_extra, int) and self.max_extra >= 0, "max_extra", self.max_extra,
+                 "use 0 or more tokens (paper: 50)")
+
+
+DECODING = DecodeConfig()  # the defaults of every decoding function, command and card
+
+
+def length_penalty(length: Tensor, alpha: float) -> Tensor:
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha, in float32.
+
+    Computed in float64 and rounded, so a length gets the same value wherever it is computed: float32's vectorised
+    ``pow`` can differ in the last bit with the element's place in the tensor, which would let the size of a batch
+    decide a near-tie (MPS has no float64: float32 there).
+    """
+    wide = torch.float32 if length.device.type == "mps" else torch.float64
+    return (((5.0 + length.to(wide)) / 6.0) ** alpha).float()
+
+
+def _step_limits(model: Seq2Seq, src: Tensor, max_extra: int, max_len: int | None) -> Tensor:
+    """Per-sentence output budget: source length + ``max_extra``, capped by the positional table."""
+    src_len = (src != model.pad_id).sum(-1)  # (B,)
+    limits = src_len + max_extra if max_len is None else torch.full_like(src_len, max_len)
+    cap = model.cfg.max_len - 1  # the bos token takes position 0
+    return limits.clamp(min=1, max=cap)
+
+
+class _Stepper:
+    """Feeds tokens to the decoder, with or without the key/value cache, and returns last-position logits."""
+
+    def __init__(self, model: Seq2Seq, memory: Tensor, src_mask: Tensor, use_cache: bool) -> None:
+        self.model, self.memory, self.src_mask, self.use_cache = model, memory, src_mask, use_cache
+        self.cache = model.init_cache(memory, src_mask) if use_cache else None
+
+    def __call__(self, prefix: Tensor) -> Tensor:
+        """Shapes: prefix (N, t) -> logits of the next token (N, V)."""
+        tgt = prefix[:, -1:] if self.use_cache else prefix
+        return self.model.decode(tgt, self.memory, self.src_mask, self.cache)[:, -1]
+
+    def reorder(self, index: Tensor) -> None:
+        self.memory = self.memory.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+    def reorder_beams(self, index: Tensor) -> None:
+        """:meth:`reorder` for beam search, where ``index`` (B*K,) keeps every row inside its sentence's block of K
+        rows. Those rows hold copies of one sentence's memory, source mask and cross-attention keys/values, so only
+        what the beams do not share moves: the decoder self-attention caches (a recurrent model's whole state)."""
+        from workbench.model.transformer import DecoderCache
+
+        if isinstance(self.cache, DecoderCache):
+            for layer in self.cache.layers:
+                layer.self_attn.reorder(index)
+        elif self.cache is not None:
+            self.cache.reorder(index)
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Seq2Seq) -> Iterator[None]:
+    """Evaluation mode (no dropout) while decoding; a model that was training is put back into training mode."""
+    was_training = getattr(model, "training", False)
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        yield
+    finally:
+        if isinstance(model, nn.Module) and was_training:
+            model.train()
+
+
+def _check_beam(beam: int, vocab_size: int | None = None) -> None:
+    if not isinstance(beam, int) or beam < 1:
+        raise DecodingError(f"beam size {beam!r} is invalid: use an integer >= 1 (the paper uses 4; 1 is greedy)")
+    if vocab_size is not None and beam > vocab_size:
+        raise DecodingError(f"beam size {beam} is larger than the target vocabulary ({vocab_size} tokens): "
+                            f"use beam <= {vocab_size}")
+
+
+def _check_src(model: Seq2Seq, src: Tensor) -> None:
+    if src.dim() != 2:
+        raise InputTextError(f"src must be a (batch, length) tensor of token ids, got shape {tuple(src.shape)}")
+    if src.shape[1] > model.cfg.max_len:
+        raise InputTextError(
+            f"source of {src.shape[1]} tokens is longer than the model's max_len={model.cfg.max_len}: "
+            "split the sentence or use a model built with a larger max_len"
+        )
