@@ -63,3 +63,22 @@ def test_rewrite_replaces_only_the_marked_blocks():
     out = frontpage.rewrite(text)
     assert out.startswith("intro\n") and out.endswith("\noutro\n") and "stale" not in out
     assert frontpage.block(out, "models") == frontpage.models_block()
+
+
+def test_decoding_block_reads_the_newest_engine_race(tmp_path):
+    import json
+
+    assert "no decoding benchmark" in frontpage.decoding_block(tmp_path)
+
+    def race(name, started, ours):
+        results = {"workbench": {"sentences_per_s": ours, "bleu": 40.0, "same_as_workbench": 10},
+                   "transformers-generate": {"sentences_per_s": 20.0, "bleu": 40.1, "same_as_workbench": 9}}
+        (tmp_path / name).write_text(json.dumps({
+            "started_utc": started, "results": results, "n_sentences": 10, "model": "m", "beam": 4, "split": "s",
+            "threads": 1, "cpu_model": "cpu", "command": ["bench/decoding_engines.py", "--json", "x.json"]}))
+
+    race("decoding-engines-cpu-aaa.json", "2026-01-01T00:00:00+00:00", 11.0)
+    race("decoding-engines-cpu-bbb.json", "2026-02-01T00:00:00+00:00", 33.0)
+    out = frontpage.decoding_block(tmp_path)
+    assert "| 33.0 |" in out and "| 11.0 |" not in out and "decoding-engines-cpu-bbb.json" in out
+    assert "transformers `generate` | 20.0 | 40.10 | 9 of 10" in out and "x.json" not in out.split("→")[0]

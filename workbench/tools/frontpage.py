@@ -1,5 +1,6 @@
 """The README's generated blocks: the lessons (one line each, from the notebooks' titles), the shipped models' table
-(from their cards) and "How it fits together" (from the concept map, :mod:`workbench.lessons.concepts`).
+(from their cards), the decoding engines side by side (from the newest ``bench/results/decoding-engines-*.json``) and
+"How it fits together" (from the concept map, :mod:`workbench.lessons.concepts`).
 
     python -m workbench.tools.frontpage            # print the blocks
     python -m workbench.tools.frontpage --write    # rewrite them in README.md (and the book's concepts page)
@@ -68,13 +69,44 @@ def models_block() -> str:
     return "\n".join(rows)
 
 
+ENGINES = {"workbench": "workbench (`wb.translate`)", "transformers-generate": "transformers `generate`",
+           "ctranslate2-float32": "CTranslate2 float32", "ctranslate2-int8": "CTranslate2 int8"}
+
+
+def newest_decoding_result(folder: Path = REPO / "bench" / "results") -> Path | None:
+    """The newest ``decoding-engines-*.json`` directly in ``folder`` (by its start time), None if there is none."""
+    import json
+
+    found = [(json.loads(p.read_text()).get("started_utc", ""), p) for p in folder.glob("decoding-engines-*.json")]
+    return max(found)[1] if found else None
+
+
+def decoding_block(folder: Path = REPO / "bench" / "results") -> str:
+    import json
+
+    path = newest_decoding_result(folder)
+    if path is None:
+        return "(no decoding benchmark committed: run `python bench/decoding_engines.py --json FILE`)"
+    r = json.loads(path.read_text())
+    rows = ["| engine | sentences/s | sacreBLEU | translations equal to the workbench's |", "|---|---|---|---|"]
+    for key, res in r["results"].items():
+        rows.append(f"| {ENGINES.get(key, key)} | {res['sentences_per_s']:.1f} | {res['bleu']:.2f} | "
+                    f"{res['same_as_workbench']} of {r['n_sentences']} |")
+    cmd = " ".join(str(c) for c in r["command"] if not str(c).endswith(".json") and c != "--json")
+    rows.append("")
+    rows.append(f"`{r['model']}`, beam {r['beam']}, {r['split']} ({r['n_sentences']} sentences), {r['threads']} thread, "
+                f"{r['cpu_model']}; `python {cmd}` → [`bench/results/{path.name}`](bench/results/{path.name}).")
+    return "\n".join(rows)
+
+
 def concepts_block() -> str:
     from workbench.lessons import concepts
 
     return concepts.overview_markdown()
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"lessons": lessons_block, "models": models_block, "concepts": concepts_block}
+BLOCKS: dict[str, Callable[[], str]] = {"lessons": lessons_block, "models": models_block, "decoding": decoding_block,
+                                         "concepts": concepts_block}
 
 
 def block(text: str, name: str) -> str | None:
