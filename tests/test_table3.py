@@ -71,6 +71,8 @@ def test_row_summary_means_and_spreads():
     out = {r["row"]: r for r in table3.row_summary(runs, keys=("val_loss",))}
     assert out["base"]["val_loss"] == pytest.approx(2.0) and out["base"]["val_loss_sd"] == pytest.approx(1.0)
     assert out["v"]["val_loss_sd"] == 0.0 and out["v"]["seeds"] == 3
+    ordered = table3.row_summary(runs, keys=("val_loss",), order=["v", "base", "never run"])
+    assert [r["row"] for r in ordered] == ["v", "base"]  # the asked order; a row without runs is left out
 
 
 def test_results_files_are_checked_and_the_newest_complete_one_is_read(tmp_path):

@@ -101,11 +101,14 @@ def judge_seeded(runs: Sequence[Mapping[str, Any]], claims: Mapping[str, tuple[s
     return judged
 
 
-def row_summary(runs: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("val_loss", "val_bleu")) -> list[dict[str, Any]]:
-    """One line per row, in the order rows first appear: seeds, and the mean and standard deviation of each key."""
-    rows: dict[str, list[Mapping[str, Any]]] = {}
+def row_summary(runs: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("val_loss", "val_bleu"),
+                order: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One line per row: seeds, and the mean and standard deviation of each key. Rows named in ``order`` come first,
+    in that order (e.g. ``variants(base)``), the others after them in the order they first appear."""
+    rows: dict[str, list[Mapping[str, Any]]] = {name: [] for name in order}
     for r in runs:
         rows.setdefault(r["row"], []).append(r)
+    rows = {name: rs for name, rs in rows.items() if rs}
     out = []
     for name, rs in rows.items():
         line: dict[str, Any] = {"row": name, "seeds": len(rs), "params": rs[0].get("params")}
