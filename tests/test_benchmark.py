@@ -453,3 +453,22 @@ def test_table_compares_integrated_gradients_step_counts_on_the_same_sentences(t
     (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, heads, 0.05, sentences=100)))
     with pytest.raises(ValueError, match="like with like"):
         table.render(tmp_path)
+
+
+def test_e2e_precision_race_alternates_and_reports_the_speedup():
+    """The end-to-end race runs the recipe in every format the CPU races (fp32 and bf16 where it has bf16 units),
+    alternating, and its speed-up is the ratio of the medians."""
+    from workbench.tools.bench_probes import e2e_precision_race
+    from workbench.tools.bench_suites import bench_precisions
+    from workbench.translation.tokenizer import SubwordTokenizer
+
+    pairs = [(f"ein hund läuft {i} mal", f"a dog runs {i} times") for i in range(40)]
+    tok = SubwordTokenizer.train(pairs, vocab_size=120, joint=True)
+    out = e2e_precision_race(torch.device("cpu"), tok, pairs, rounds=2)
+    if len(bench_precisions(torch.device("cpu"))) < 2:
+        assert "skipped" in out
+        return
+    assert out["order"] == ["fp32", "bf16", "bf16", "fp32"]
+    assert all(len(v) == 2 and min(v) > 0 for v in out["tokens_per_s"].values())
+    m = out["median_tokens_per_s"]
+    assert out["bf16_speedup"] == pytest.approx(m["bf16"] / m["fp32"])

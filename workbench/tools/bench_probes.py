@@ -141,6 +141,7 @@ def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
     cfg = run.train
     history = fit(model, tokenizer, pairs, pairs[:64], cfg)
     return {
+        **({} if quick else {"precision_race": e2e_precision_race(device, tokenizer, pairs)}),
         "preset": run.preset,
         "pairs": len(pairs),
         "max_tokens": cfg.max_tokens,
@@ -152,6 +153,33 @@ def suite_e2e(device: torch.device, quick: bool) -> dict[str, Any]:
         "precision": history.precision,  # what fit's --precision auto chose on this machine, and why
         "precision_reason": history.precision_reason,
     }
+
+
+def e2e_precision_race(device: torch.device, tokenizer: Any, pairs: list[tuple[str, str]],
+                       rounds: int = 2) -> dict[str, Any]:
+    """The README recipe (``cpu-small``: small preset, dropout 0.2, 3,072-token batches, its schedule) for one pass over
+    ``pairs`` through ``fit``, in every format :func:`bench_precisions` races on ``device`` (fp32 and bf16 on a CPU
+    with bf16 units), ``rounds`` passes each, the order alternating (fp32, bf16, bf16, fp32, ...); every pass starts
+    from the same initial weights. Reports each pass's tokens/s and the median bf16/fp32 speed-up of the tokens/s."""
+    from workbench.tools.bench_suites import bench_precisions
+    from workbench.translation.run import recipe
+    from workbench.translation.train import fit
+
+    precisions = bench_precisions(device)
+    if len(precisions) < 2:
+        return {"skipped": f"one format only on this device ({precisions[0]}): nothing to race"}
+    order = [p for r in range(rounds) for p in (precisions if r % 2 == 0 else precisions[::-1])]
+    tokens_per_s: dict[str, list[float]] = {p: [] for p in precisions}
+    for precision in order:
+        run = recipe("cpu-small", epochs=1, max_minutes=None, checkpoint_every=None, eval_bleu=False,
+                     log_every=10**9, device=str(device), precision=precision)
+        torch.manual_seed(0)
+        model = wb.build_model(wb.preset(run.preset, dropout=run.dropout), tokenizer.src_vocab_size,
+                               tokenizer.tgt_vocab_size, tokenizer.pad_id)
+        tokens_per_s[precision].append(fit(model, tokenizer, pairs, pairs[:64], run.train).tokens_per_s[-1])
+    median = {p: float(torch.tensor(v).median()) for p, v in tokens_per_s.items()}
+    return {"recipe": "cpu-small", "pairs": len(pairs), "order": order, "tokens_per_s": tokens_per_s,
+            "median_tokens_per_s": median, "bf16_speedup": median["bf16"] / median["fp32"]}
 
 
 def sdpa_kernels(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, train: bool, device: torch.device) -> dict[str, int]:

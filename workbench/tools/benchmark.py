@@ -193,6 +193,11 @@ def format_table(report: dict[str, Any]) -> str:
                           f"{e['tokens_per_s']:.0f} tok/s, "
                           f"{1e3 * e['model_tflops_per_s']:.1f} GFLOP/s{mfu}; padding: source "
                           f"{e['src_padding_fraction']:.1%}, target {e['tgt_padding_fraction']:.1%}"]
+            pr = e.get("precision_race", {})
+            if "bf16_speedup" in pr:
+                m = pr["median_tokens_per_s"]
+                lines.append(f"  the {pr['recipe']} recipe, fp32 vs bf16 ({len(pr['order'])} passes alternating): "
+                             f"{m['fp32']:.0f} vs {m['bf16']:.0f} tok/s, bf16 speed-up {pr['bf16_speedup']:.2f}x")
     if "precision" in report:
         pr = report["precision"]
         if "skipped" in pr:
