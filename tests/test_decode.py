@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import workbench.translation.decode as decode
 from workbench import DecodingError, InputTextError, RNNConfig, build_model, build_rnn, preset
 from workbench.translation.decode import beam_search, greedy_decode, length_penalty
 
@@ -88,11 +89,8 @@ def test_length_penalty_formula():
     assert torch.equal(length_penalty(lengths, 1.4), alone)  # the same number wherever it sits in a batch
 
 
-@pytest.mark.parametrize("arch", ["transformer", "rnn"])
-def test_greedy_on_fewer_rows_finds_what_the_full_batch_finds(arch, monkeypatch):
-    """Finished sentences leaving the batch change nothing: the same tokens as decoding all B rows to the end."""
-    import workbench.translation.decode as decode
-
+def _fewer_rows_case(arch: str, monkeypatch) -> tuple:
+    """A small model, 9 sources of mixed lengths, and the list every decoder step appends its row count to."""
     torch.manual_seed(3)
     if arch == "rnn":
         model = build_rnn(RNNConfig(d_model=32, n_layers=2, max_len=64), 40, 40).eval()
@@ -101,10 +99,17 @@ def test_greedy_on_fewer_rows_finds_what_the_full_batch_finds(arch, monkeypatch)
     src = torch.randint(4, 40, (9, 11), generator=torch.Generator().manual_seed(4))
     for row, n in enumerate([11, 3, 7, 2, 9, 5, 11, 4, 6]):
         src[row, n:] = 0
-    rows_fed = []
+    rows_fed: list[int] = []
     real_step = decode._Stepper.__call__
     monkeypatch.setattr(decode._Stepper, "__call__", lambda self, prefix: rows_fed.append(len(prefix)) or
                         real_step(self, prefix))
+    return model, src, rows_fed
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_greedy_on_fewer_rows_finds_what_the_full_batch_finds(arch, monkeypatch):
+    """Finished sentences leaving the batch change nothing: the same tokens as decoding all B rows to the end."""
+    model, src, rows_fed = _fewer_rows_case(arch, monkeypatch)
     fewer = greedy_decode(model, src, max_extra=8)
     assert rows_fed[0] == 9 and min(rows_fed) < 9  # all rows, then fewer
     monkeypatch.setattr(decode, "_SAME_ROUNDING_ROWS", 10**6)
@@ -119,20 +124,7 @@ def test_beam_search_on_fewer_rows_finds_what_the_full_batch_finds(arch, monkeyp
     """Step 0 fed once per sentence and stopped sentences leaving the batch change nothing: same tokens, same
     scores to the bit, as the search that keeps all B*K rows to the end (both off when the row floor is out of
     reach)."""
-    import workbench.translation.decode as decode
-
-    torch.manual_seed(3)
-    if arch == "rnn":
-        model = build_rnn(RNNConfig(d_model=32, n_layers=2, max_len=64), 40, 40).eval()
-    else:
-        model = build_model(preset("tiny", max_len=64), 40, 40).eval()
-    src = torch.randint(4, 40, (9, 11), generator=torch.Generator().manual_seed(4))
-    for row, n in enumerate([11, 3, 7, 2, 9, 5, 11, 4, 6]):
-        src[row, n:] = 0
-    rows_fed = []
-    real_step = decode._Stepper.__call__
-    monkeypatch.setattr(decode._Stepper, "__call__", lambda self, prefix: rows_fed.append(len(prefix)) or
-                        real_step(self, prefix))
+    model, src, rows_fed = _fewer_rows_case(arch, monkeypatch)
     fewer, s_fewer = beam_search(model, src, beam=4, max_extra=8, return_scores=True)
     assert rows_fed[:2] == [9, 36] and min(rows_fed) <= 8  # step 0 folded, then all rows, then fewer
     monkeypatch.setattr(decode, "_SAME_ROUNDING_ROWS", 10**6)

@@ -138,6 +138,15 @@ def _table(columns: tuple[tuple[str, int], ...], rows: list[list[Any]]) -> list[
             for row in [[name for name, _ in columns], *rows]]
 
 
+def _measured(report: dict[str, Any], key: str, label: str, lines: list[str]) -> dict[str, Any] | None:
+    """The suite ``key``'s results, or None when it did not run or was skipped (then a line saying why joins ``lines``)."""
+    result = report.get(key)
+    if result is not None and "skipped" in result:
+        lines += ["", f"{label}: skipped ({result['skipped']})"]
+        return None
+    return result
+
+
 def format_table(report: dict[str, Any]) -> str:
     """A plain-text summary of a report, one block per suite."""
     commit = report.get("commit")
@@ -183,34 +192,26 @@ def format_table(report: dict[str, Any]) -> str:
         for name in ("greedy", "beam4"):
             lines.append(f"  {name:<7} cached {d[f'{name}_cached_sent_per_s']:.1f}  uncached "
                          f"{d[f'{name}_uncached_sent_per_s']:.1f}  speed-up {d[f'{name}_cache_speedup']:.1f}x")
-    if "e2e" in report:
-        e = report["e2e"]
-        if "skipped" in e:
-            lines += ["", f"end-to-end: skipped ({e['skipped']})"]
-        else:
-            mfu = "" if e["mfu"] is None else f", MFU {e['mfu']:.1%}"
-            lines += ["", f"end-to-end fit on Multi30k ({e['preset']}, {e['pairs']} pairs, {e.get('precision', 'fp32')}): "
-                          f"{e['tokens_per_s']:.0f} tok/s, "
-                          f"{1e3 * e['model_tflops_per_s']:.1f} GFLOP/s{mfu}; padding: source "
-                          f"{e['src_padding_fraction']:.1%}, target {e['tgt_padding_fraction']:.1%}"]
-            pr = e.get("precision_race", {})
-            if "bf16_speedup" in pr:
-                m = pr["median_tokens_per_s"]
-                lines.append(f"  the {pr['recipe']} recipe, fp32 vs bf16 ({len(pr['order'])} passes alternating): "
-                             f"{m['fp32']:.0f} vs {m['bf16']:.0f} tok/s, bf16 speed-up {pr['bf16_speedup']:.2f}x")
-    if "precision" in report:
-        pr = report["precision"]
-        if "skipped" in pr:
-            lines += ["", f"bf16 vs fp32: skipped ({pr['skipped']})"]
-        else:
-            lines += ["", "bf16 vs fp32, our training step (raced in one run; MFU against each format's measured peak)"]
-            for r in pr["train_step"]:
-                lines.append(f"  {r['preset']:<6} fp32 {r['step_s']['fp32']:.3f} s  bf16 {r['step_s']['bf16']:.3f} s  "
-                             f"speed-up {r['bf16_speedup']:.2f}x  MFU fp32 {r['mfu']['fp32']:.1%} bf16 {r['mfu']['bf16']:.1%}")
-            d = pr["beam4"]
-            lines.append(f"  beam-4 decoding ({d['preset']}): fp32 {d['sent_per_s']['fp32']:.1f} sent/s, bf16 "
-                         f"{d['sent_per_s']['bf16']:.1f} sent/s, speed-up {d['bf16_speedup']:.2f}x")
-            lines.append(f"  --precision auto: {pr['auto']['precision']} ({pr['auto']['reason']})")
+    if (e := _measured(report, "e2e", "end-to-end", lines)) is not None:
+        mfu = "" if e["mfu"] is None else f", MFU {e['mfu']:.1%}"
+        lines += ["", f"end-to-end fit on Multi30k ({e['preset']}, {e['pairs']} pairs, {e.get('precision', 'fp32')}): "
+                      f"{e['tokens_per_s']:.0f} tok/s, "
+                      f"{1e3 * e['model_tflops_per_s']:.1f} GFLOP/s{mfu}; padding: source "
+                      f"{e['src_padding_fraction']:.1%}, target {e['tgt_padding_fraction']:.1%}"]
+        race = e.get("precision_race", {})
+        if "bf16_speedup" in race:
+            m = race["median_tokens_per_s"]
+            lines.append(f"  the {race['recipe']} recipe, fp32 vs bf16 ({len(race['order'])} passes alternating): "
+                         f"{m['fp32']:.0f} vs {m['bf16']:.0f} tok/s, bf16 speed-up {race['bf16_speedup']:.2f}x")
+    if (pr := _measured(report, "precision", "bf16 vs fp32", lines)) is not None:
+        lines += ["", "bf16 vs fp32, our training step (raced in one run; MFU against each format's measured peak)"]
+        for r in pr["train_step"]:
+            lines.append(f"  {r['preset']:<6} fp32 {r['step_s']['fp32']:.3f} s  bf16 {r['step_s']['bf16']:.3f} s  "
+                         f"speed-up {r['bf16_speedup']:.2f}x  MFU fp32 {r['mfu']['fp32']:.1%} bf16 {r['mfu']['bf16']:.1%}")
+        d = pr["beam4"]
+        lines.append(f"  beam-4 decoding ({d['preset']}): fp32 {d['sent_per_s']['fp32']:.1f} sent/s, bf16 "
+                     f"{d['sent_per_s']['bf16']:.1f} sent/s, speed-up {d['bf16_speedup']:.2f}x")
+        lines.append(f"  --precision auto: {pr['auto']['precision']} ({pr['auto']['reason']})")
     if "sdpa" in report:
         lines += ["", "SDPA kernels (and dropout calls) dispatched:"] + [
             f"  {mode}: " + ", ".join(f"{k} x{v}" for k, v in kernels.items())
