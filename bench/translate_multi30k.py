@@ -7,7 +7,9 @@ command of the book's command-line page, workbench/book_src/command-line.md), tr
 
     workbench train --recipe cpu-small --out runs/bench-small
 
-``--recipe cpu-gru`` trains the GRU baseline's; ``--minutes M`` changes only the budget.
+``--recipe cpu-gru`` trains the GRU baseline's; ``--minutes M`` changes only the budget and ``--precision
+fp32|bf16`` only the number format of training (the readout decodes every run alike, float16-rounded weights in
+fp32, as shipped).
 
 Readout, validation first, test once, by the release's rules (:mod:`workbench.tools.release`): the weights are
 chosen on val (:func:`~workbench.tools.release.choose_weights_on_val`: the last checkpoint or the average of the
@@ -39,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--recipe", default="cpu-small", choices=list(RECIPES), help="the named run to train")
     ap.add_argument("--minutes", type=float, default=None,
                     help="training budget instead of the recipe's (evaluation comes on top)")
+    ap.add_argument("--precision", default=None, choices=["auto", "fp32", "bf16"],
+                    help="training's number format instead of the recipe's (auto)")
     ap.add_argument("--out", default="runs/bench-small")
     ap.add_argument("--average", type=int, nargs="+", default=[5, 10, 15, 20], metavar="K",
                     help="candidate averages of the last K snapshots (the shipped models' build windows)")
@@ -52,7 +56,9 @@ def run_config(args: argparse.Namespace) -> Any:
     """The training run this benchmark makes: the recipe, with ``--minutes`` and ``--data-dir`` if given."""
     from workbench.translation.run import recipe
 
-    overrides = {"max_minutes": args.minutes} if args.minutes is not None else {}
+    overrides: dict[str, Any] = {"max_minutes": args.minutes} if args.minutes is not None else {}
+    if args.precision is not None:
+        overrides["precision"] = args.precision
     return recipe(args.recipe, data_dir=args.data_dir, **overrides)
 
 
@@ -62,6 +68,8 @@ def train_argv(args: argparse.Namespace) -> list[str]:
     argv = ["train", "--out", str(args.out), "--recipe", args.recipe]
     if args.minutes is not None:
         argv += ["--max-minutes", str(args.minutes)]
+    if args.precision is not None:
+        argv += ["--precision", args.precision]
     if args.data_dir:
         argv += ["--data-dir", str(args.data_dir)]
     return argv
