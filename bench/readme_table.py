@@ -122,9 +122,13 @@ def _translate_rows(report: dict[str, Any], name: str) -> list[tuple[str, str, s
     else:  # earlier reports: chosen on val by beam-4 BLEU
         val, rule = {r["weights"]: r["bleu"] for r in report.get("val", []) if r["beam"] == h["beam"]}, "chosen on val"
     arch = "GRU baseline, " if args.get("arch") == "rnn" else ""
+    # the number format training ran in, where the run says (reports since --precision): the summary's choice
+    precision = report.get("train", {}).get("precision") or args.get("precision")
+    precision = f", trained in {precision}" if precision in ("fp32", "bf16") else ""
     figure = (f"{arch}{args.get('preset', '?')} preset {args.get('src', '?')}→{args.get('tgt', '?')}, "
               f"{args.get('minutes', 0):g} min training ("
-              + (f"recipe `{args['recipe']}`)" if args.get("recipe") else "the benchmarked CPU recipe of its commit)"))
+              + (f"recipe `{args['recipe']}`{precision})" if args.get("recipe")
+                 else f"the benchmarked CPU recipe of its commit{precision})"))
     value = (f"{h['split']} sacreBLEU **{h['bleu']:.1f}** (beam {h['beam']}, {h['weights']} weights, {rule}: "
              + ", ".join(f"{k} {v:.1f}" for k, v in sorted(val.items())) + ")")
     return [(figure, value, name)]

@@ -251,6 +251,24 @@ def test_readme_table_renders_each_figure_with_its_file(tmp_path):
         table.render(tmp_path)
 
 
+def test_recipe_rows_say_which_number_format_trained_them(tmp_path):
+    """Two runs of one recipe, fp32 and bf16, must not read as the same row twice: the format comes from the run's
+    summary (what training actually ran in), and a report from before ``--precision`` names none."""
+    table = _readme_table()
+    base = {"headline": {"weights": "averaged", "split": "test_2016_flickr", "beam": 4, "bleu": 38.0},
+            "val_greedy_bleu": {"last": 37.0},
+            "run_config": {"preset": "small", "src": "de", "tgt": "en", "max_minutes": 100.0, "precision": "auto"},
+            "args": {"recipe": "cpu-small"}, "commit": "fedcba9876543210", "command": ["x"]}
+    for name, fmt in (("a.json", "fp32"), ("b.json", "bf16")):
+        (tmp_path / name).write_text(json.dumps({**base, "train": {"precision": fmt}}))
+    (tmp_path / "c.json").write_text(json.dumps(base))
+    rows = [r for r in table.render(tmp_path).splitlines() if r.startswith("| small preset")]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| small preset de→en, 100 min training (recipe `cpu-small`, trained in fp32)",
+        "| small preset de→en, 100 min training (recipe `cpu-small`, trained in bf16)",
+        "| small preset de→en, 100 min training (recipe `cpu-small`)"]
+
+
 def test_training_step_columns_are_labelled_by_what_the_rows_differ_in(tmp_path):
     """A race of one preset in two precisions once rendered its columns as "small / small": the columns are labelled
     by what tells the rows apart (the precision here), and what they share is named once."""
