@@ -35,13 +35,14 @@ BEAM = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workbench.model.config import PRECISIONS
     from workbench.translation.run import RECIPES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", default="cpu-small", choices=list(RECIPES), help="the named run to train")
     ap.add_argument("--minutes", type=float, default=None,
                     help="training budget instead of the recipe's (evaluation comes on top)")
-    ap.add_argument("--precision", default=None, choices=["auto", "fp32", "bf16"],
+    ap.add_argument("--precision", default=None, choices=list(PRECISIONS),
                     help="training's number format instead of the recipe's (auto)")
     ap.add_argument("--out", default="runs/bench-small")
     ap.add_argument("--average", type=int, nargs="+", default=[5, 10, 15, 20], metavar="K",

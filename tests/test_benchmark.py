@@ -3,6 +3,7 @@ for the hook points, and reports that say where they come from. (No timing is as
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -158,6 +159,11 @@ def test_translate_benchmark_trains_the_readme_recipe():
     assert ours == readme == script.run_config(defaults) == RECIPES["cpu-small"]
     shorter = script.build_parser().parse_args(["--minutes", "41"])
     assert run_config_from_args(parse_args(script.train_argv(shorter))[1]).train.max_minutes == 41.0
+    # --precision changes the recipe's number format and nothing else, in the command trained and the run judged
+    bf16 = script.build_parser().parse_args(["--precision", "bf16"])
+    trained = run_config_from_args(parse_args(script.train_argv(bf16))[1])
+    assert trained == script.run_config(bf16) == dataclasses.replace(
+        RECIPES["cpu-small"], train=dataclasses.replace(RECIPES["cpu-small"].train, precision="bf16"))
     invoked = vars(script.build_parser().parse_args(_readme_command("python bench/translate_multi30k.py")[2:]))
     assert {k: v for k, v in invoked.items() if v != vars(defaults)[k]}.keys() <= {"out", "json"}
 
