@@ -31,6 +31,8 @@ from workbench.translation.decode_steps import (  # noqa: F401 (DecodeConfig, Se
     _step_limits,
     _Stepper,
     length_penalty,
+    rows_round_alike,
+    top_per_row,
 )
 
 log = logging.getLogger(__name__)
@@ -77,9 +79,9 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
             done |= nxt == eos_id
             if bool(done.all()):
                 break
-            if shrink and bool(done.any()) and int((~done).sum()) >= _SAME_ROUNDING_ROWS:
+            rows = (~done).nonzero().squeeze(1) if shrink and bool(done.any()) else None  # (b',) decoded on
+            if rows is not None and _fewer_rows_alike(memory, done.shape[0], rows):
                 result[alive[done], : t + 1] = out[done, 1:]
-                rows = (~done).nonzero().squeeze(1)  # (b',) the sentences decoded on
                 step.reorder(rows)
                 out, limits, alive, done = out[rows], limits[rows], alive[rows], done[rows]
         result[alive, : out.shape[1] - 1] = out[:, 1:]
@@ -141,7 +143,7 @@ def beam_search(
         expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) each sentence's row, K times
         # step 0: the K beams of a sentence all hold bos, so each sentence is fed once and its state copied K times
         # afterwards (K times fewer rows, and the memory's cross-attention keys/values projected once per sentence)
-        fold = B >= _SAME_ROUNDING_ROWS
+        fold = _fewer_rows_alike(memory, B * K, torch.arange(0, B * K, K, device=device))
         step = (_Stepper(model, memory, src_mask, use_cache) if fold
                 else _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache))
         # a sentence whose search has stopped leaves the batch (its rows would only extend with padding); tracing
@@ -167,19 +169,23 @@ def beam_search(
             logp = torch.log_softmax(logits.float(), dim=-1)  # (b*K, V)
             Vt = logp.shape[-1]
             over = t + 1 >= limits
-            if t == 0:  # one row each, (1, V): only eos, only padding
-                forced = torch.full_like(logp[:1], float("-inf"))
-                forced[:, eos_id] = 0.0
-                frozen = torch.full_like(logp[:1], float("-inf"))
-                frozen[:, model.pad_id] = 0.0
+            # a sentence's K best extensions are among the K best of each of its beams (a beam adds one score to
+            # all its extensions), so the search ranks K*K candidates per sentence rather than K*V
+            row_top, row_token = top_per_row(logp, K)  # (b*K, K)
+            if t == 0:  # a beam that must end (budget spent) extends with eos, a finished one with padding, at no cost
+                only = torch.full_like(row_top[:1], float("-inf"))
+                only[:, 0] = 0.0
             if bool(over.any()):
-                logp[over] = forced  # budget spent: only eos
+                row_top[over], row_token[over] = only, eos_id
             if bool(done.any()):
-                logp[done] = frozen  # finished: extend with padding at no cost
-            cand = (scores[:, None] + logp).view(b, K * Vt)  # (b, K*V)
-            top, idx = cand.topk(K, dim=-1)  # (b, K)
-            origin = (idx // Vt + torch.arange(b, device=device)[:, None] * K).view(-1)  # (b*K,) source beam rows
-            token = (idx % Vt).view(-1)
+                row_top[done], row_token[done] = only, model.pad_id
+            top, pick = (scores[:, None] + row_top).view(b, K * K).topk(K, dim=-1)  # (b, K)
+            origin = (pick // K + torch.arange(b, device=device)[:, None] * K).view(-1)  # (b*K,) source beam rows
+            token = row_token.view(b, K * K).gather(1, pick).view(-1)
+            if on_step is not None:  # the trace reports every extension the selection ranked from, (b, K*V)
+                logp[over] = torch.where(torch.arange(Vt, device=device) == eos_id, 0.0, float("-inf"))
+                logp[done] = torch.where(torch.arange(Vt, device=device) == model.pad_id, 0.0, float("-inf"))
+                cand = (scores[:, None] + logp).view(b, K * Vt)
             step.reorder_beams(origin)  # each row's origin is a beam of its own sentence
             seqs = torch.cat([seqs.index_select(0, origin), token[:, None]], dim=1)
             was_done = done.index_select(0, origin)
@@ -198,10 +204,11 @@ def beam_search(
             stopped = done.view(b, K).all(-1)  # (b,)
             if bool(stopped.all()):
                 break
-            if shrink and bool(stopped.any()) and int((~stopped).sum()) * K >= _SAME_ROUNDING_ROWS:
+            # (b'*K,) the rows searched on
+            rows = (~stopped).repeat_interleave(K).nonzero().squeeze(1) if shrink and bool(stopped.any()) else None
+            if rows is not None and _fewer_rows_alike(memory, b * K, rows):
                 _keep_best(best_seqs, best_scores, alive[stopped], seqs.view(b, K, -1)[stopped],
                            (scores / length_penalty(lengths, alpha)).view(b, K)[stopped])
-                rows = (~stopped).repeat_interleave(K).nonzero().squeeze(1)  # (b'*K,) the rows searched on
                 step.reorder(rows)
                 seqs, scores, lengths, done, limits = (x.index_select(0, rows) for x in (seqs, scores, lengths, done,
                                                                                           limits))
@@ -214,11 +221,14 @@ def beam_search(
         return (result, best_scores) if return_scores else result
 
 
-# A CPU matrix product in float32 rounds each row the same way whatever the number of rows, from 4 rows up; below 4
-# it takes another kernel and may round differently (measured with torch 2.13 on AVX-512, every layer shape of the
-# shipped models). Beam search changes its batch's row count only where both counts are at least this, so folding
-# step 0 and dropping stopped sentences leave every score, bit for bit, as in the full batch.
+# Searches feed fewer rows (drop stopped sentences, fold step 0) only where a matrix product rounds each row as in the
+# full batch, so every score stays, bit for bit, the one the full batch gives (:func:`rows_round_alike` probes it).
+# Never below this many rows (a CPU product takes another kernel below 4 rows).
 _SAME_ROUNDING_ROWS = 4
+
+
+def _fewer_rows_alike(like: Tensor, rows: int, keep: Tensor) -> bool:
+    return keep.shape[0] >= _SAME_ROUNDING_ROWS and rows_round_alike(like, rows, keep)
 
 
 def _keep_best(best_seqs: list[Tensor | None], best_scores: Tensor, sentences: Tensor, seqs: Tensor,
