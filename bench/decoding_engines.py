@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     import transformers
 
-    from workbench.bridges.ctranslate2 import convert_huggingface_folder
+    from workbench.bridges.ctranslate2 import convert_huggingface_folder, ct2_translator
     from workbench.bridges.huggingface import to_huggingface
     from workbench.tools.provenance import provenance
     from workbench.translation.data import load_multi30k
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         hf_tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
         ct2_dirs = {q: convert_huggingface_folder(hf_dir, Path(tmp) / f"ct2-{q or 'float32'}", quantization=q)
                     for q in (None, "int8")}
-        translators = {q: ctranslate2.Translator(str(d), device="cpu", intra_threads=args.threads, inter_threads=1)
+        translators = {q: ct2_translator(d, device="cpu", intra_threads=args.threads, inter_threads=1)
                        for q, d in ct2_dirs.items()}
         engines = {
             "workbench": lambda s: translate(model, tokenizer, s, beam=BEAM, alpha=alpha, batch_size=BATCH,

@@ -172,3 +172,17 @@ def offline_page(browser):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     return context, page, left, errors
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Every test starts at the session's CPU thread count: a test that changes it (a command that trains with a
+    card's thread count) must not leave later tests running at another (a product's rounding can depend on it)."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    after = torch.get_num_threads()
+    torch.set_num_threads(before)
+    assert after == before, f"the test left torch at {after} threads ({before} before)"
+

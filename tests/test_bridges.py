@@ -372,8 +372,8 @@ def test_exported_small_de_en_generate_is_token_identical(exported_small, multi3
 
 
 def test_cli_export_ctranslate2_translates_as_we_do(tmp_path, multi30k_dir):
-    ct2 = require_module("ctranslate2", 'pip install -e ".[hf]"')
-    from workbench.bridges.ctranslate2 import ct2_translate
+    require_module("ctranslate2", 'pip install -e ".[hf]"')
+    from workbench.bridges.ctranslate2 import ct2_translate, ct2_translator
     from workbench.tools.cli import main
     from workbench.translation.data import load_multi30k
     from workbench.translation.decode import translate
@@ -384,7 +384,9 @@ def test_cli_export_ctranslate2_translates_as_we_do(tmp_path, multi30k_dir):
     assert main(["export", "--to", "huggingface", "small-de-en", str(tmp_path / "hf")]) != 0  # not empty: refused
     model, tok, _ = pretrained("small-de-en")
     sources = [p[0] for p in load_multi30k("test_2016_flickr", "de", "en", data_dir=multi30k_dir, limit=24)]
-    translator = ct2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    threads = torch.get_num_threads()
+    translator = ct2_translator(tmp_path / "ct2", intra_threads=1)
+    assert torch.get_num_threads() == threads  # opening it left PyTorch's thread count alone
     assert ct2_translate(translator, tok, sources, beam=1) == translate(model, tok, sources, beam=1)
 
 

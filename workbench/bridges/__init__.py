@@ -6,7 +6,12 @@ when a bridge is used.
 
 from __future__ import annotations
 
-from workbench.bridges.ctranslate2 import convert_huggingface_folder, ct2_translate, to_ctranslate2
+from workbench.bridges.ctranslate2 import (
+    convert_huggingface_folder,
+    ct2_translate,
+    ct2_translator,
+    to_ctranslate2,
+)
 from workbench.bridges.huggingface import (
     MarianTokenizerAdapter,
     from_huggingface,
@@ -15,4 +20,4 @@ from workbench.bridges.huggingface import (
     to_huggingface,
 )
 
-__all__ = ["convert_huggingface_folder", "ct2_translate", "to_ctranslate2", "MarianTokenizerAdapter", "from_huggingface", "hub_pretrained", "load_marian", "to_huggingface"]
+__all__ = ["convert_huggingface_folder", "ct2_translate", "ct2_translator", "to_ctranslate2", "MarianTokenizerAdapter", "from_huggingface", "hub_pretrained", "load_marian", "to_huggingface"]

@@ -76,6 +76,24 @@ def to_ctranslate2(model: Any, tokenizer: Any, out_dir: str | Path, quantization
         return convert_huggingface_folder(tmp, out_dir, quantization=quantization, force=force)
 
 
+def ct2_translator(model_dir: str | Path, device: str = "cpu", **options: Any) -> Any:
+    """Open a CTranslate2 model folder as a ``ctranslate2.Translator`` (``options``: ``intra_threads``,
+    ``inter_threads``, ``compute_type``...), leaving PyTorch's CPU thread count as it was.
+
+    Creating a Translator sets the process's OpenMP thread count to its ``intra_threads``, and PyTorch shares it:
+    without this, opening a one-thread Translator would silently make every later PyTorch product in the process run
+    on one thread (and change how their rows are split, hence their rounding).
+    """
+    import torch
+
+    ctranslate2, _ = _require_ctranslate2()
+    before = torch.get_num_threads()
+    try:
+        return ctranslate2.Translator(str(model_dir), device=device, **options)
+    finally:
+        torch.set_num_threads(before)
+
+
 def ct2_translate(translator: Any, tokenizer: Any, sentences: list[str], beam: int = 4, length_penalty: float = 1.0,
                   max_extra: int = 50, batch_size: int = 64) -> list[str]:
     """Translate with a ``ctranslate2.Translator`` using the workbench tokenizer (CTranslate2 takes token strings):

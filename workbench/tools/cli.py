@@ -102,7 +102,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from workbench.bridges.ctranslate2 import to_ctranslate2
 
         to_ctranslate2(model, tokenizer, out, quantization=args.quantization, force=True)
-        print(f"wrote a CTranslate2 model to {out}: ctranslate2.Translator('{out}', device='cpu')")
+        print(f"wrote a CTranslate2 model to {out}: workbench.bridges.ct2_translator('{out}')")
     return 0
 
 
@@ -164,17 +164,21 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
         card = shipped.read_card(args.name)
         out = Path(args.out)
         threads = card["training"].get("threads")
-        if threads:  # the card's run used this many CPU threads; the same recipe uses the same
-            import torch
-
-            torch.set_num_threads(int(threads))
         argv = shlex.split(card["reproduce"]["train"])
         argv = argv[argv.index("train"):]  # drop the program name and environment prefixes
         if "--out" in argv:
             argv[argv.index("--out") + 1] = str(out / "run")
         if "--precision" not in argv:  # a card without the setting was trained in fp32 (before --precision existed)
             argv += ["--precision", (card.get("train_config") or {}).get("precision", "fp32")]
-        rc = main(argv)
+        import torch
+
+        before = torch.get_num_threads()
+        try:
+            if threads:  # the card's run used this many CPU threads; the same recipe uses the same
+                torch.set_num_threads(int(threads))
+            rc = main(argv)
+        finally:  # called from Python (a notebook, a test), the caller's thread count is left as it was
+            torch.set_num_threads(before)
         if rc:
             return rc
         built = release.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
