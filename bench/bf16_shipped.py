@@ -1,13 +1,14 @@
 """Shipped models decoded in bf16 against fp32 and against their cards: test_2016_flickr sacreBLEU and decoding time.
 
-    python bench/bf16_shipped.py [--names small-de-en gru-de-en] [--split test_2016_flickr] [--json FILE]
+    python bench/bf16_shipped.py [--names small-de-en gru-de-en] [--split test_2016_flickr] [--beam N] [--json FILE]
 
-Each shipped model decodes the split with its card's beam and length penalty twice, in fp32 and in bf16 (the order
-alternating from model to model), through the one scoring function (:func:`workbench.translation.pipeline.score`).
-The report holds, per model: the card's score, both scores here, their differences, both decoding times and their
-ratio (the beam-4 decoding speed-up on real sentences), the machine's load average before and after (a shared
-machine is said to be shared), and the provenance record (:mod:`workbench.tools.provenance`). bf16 needs a CPU with
-bf16 matrix units (``--precision bf16`` refuses otherwise).
+Each shipped model decodes the split with its card's beam (or ``--beam``; 1 is greedy) and length penalty twice, in
+fp32 and in bf16 (the order alternating from model to model), through the one scoring function
+(:func:`workbench.translation.pipeline.score`). The report holds, per model: the card's score, both scores here,
+their differences, both decoding times and their ratio (the beam-4 decoding speed-up on real sentences), the
+machine's load average before and after (a shared machine is said to be shared), and the provenance record
+(:mod:`workbench.tools.provenance`). bf16 needs a CPU with bf16 matrix units (``--precision bf16`` refuses
+otherwise).
 
 The two whole-split timings run one after the other, so a busy spell of a shared machine can fall on one format only.
 ``race`` then times the split again batch by batch (the 64-sentence length-sorted batches of ``translate``), both
@@ -63,6 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--names", nargs="+", default=None, help="shipped models (default: all)")
     ap.add_argument("--split", default="test_2016_flickr")
+    ap.add_argument("--beam", type=int, default=None, help="beam size instead of the card's (1: greedy search)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -75,7 +77,7 @@ def main() -> None:
     for i, name in enumerate(args.names or list_pretrained()):
         model, tokenizer, info = load_any(name, device=device)
         card = read_card(name)
-        beam = card.get("decoding", {}).get("beam", 4)
+        beam = args.beam or card.get("decoding", {}).get("beam", 4)
         alpha = default_alpha(info)
         pairs = load_pairs(args.split, info["extra"]["src_lang"], info["extra"]["tgt_lang"], args.data_dir)
         order = ("fp32", bf16) if i % 2 == 0 else (bf16, "fp32")

@@ -138,7 +138,7 @@ def token_accuracy(logits: Tensor, targets: Tensor, pad_id: int) -> float:
     keep = targets != pad_id
     if not bool(keep.any()):
         return float("nan")
-    correct = (logits.argmax(-1) == targets) & keep
+    correct = (logits.float().argmax(-1) == targets) & keep  # float: the same argmax, faster than on bf16
     return float(correct.sum() / keep.sum())
 
 

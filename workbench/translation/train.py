@@ -72,7 +72,8 @@ def evaluate(model: nn.Module, batches: Sequence[Batch], pad_id: int, device: to
     for b in batches:
         b = b.to(device)
         logits, targets = real_target_logits(model, model, b, pad_id)  # (N, V), (N,)
-        logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+        logits = logits.float()  # bf16 under autocast: the loss in fp32 (and torch's CPU argmax is slow on bf16)
+        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
         total += float(F.nll_loss(logp, targets, reduction="sum"))
         entropy += float(-(logp.exp() * logp).sum())
         n += targets.shape[0]
