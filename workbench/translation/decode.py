@@ -7,7 +7,11 @@ command line, the pipeline and the shipped models' cards.
 
 Both searches save work without changing a result: a sentence whose search has stopped leaves the batch, and beam
 search feeds step 0 once per sentence (its K beams all hold bos), so the decoder runs on fewer rows than the B*K of a
-plain implementation (transformers' ``generate`` runs them all until the batch ends).
+plain implementation (transformers' ``generate`` runs them all until the batch ends). They do so only where
+:func:`~workbench.translation.decode_steps.rows_round_alike` finds that the matrix products round the rows kept as the
+whole batch does, so no score changes by a bit. Beam search ranks each sentence's K*K best extensions (the K best of
+each beam, :func:`~workbench.translation.decode_steps.top_per_row`) rather than all K*V of them: the same scores
+survive (an exact tie may be broken the other way).
 """
 
 from __future__ import annotations
