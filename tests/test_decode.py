@@ -144,6 +144,9 @@ def test_beam_search_on_fewer_rows_finds_what_the_full_batch_finds(arch, threads
     model, src, rows_fed = _fewer_rows_case(arch, monkeypatch)
     fewer, s_fewer = beam_search(model, src, beam=4, max_extra=8, return_scores=True)
     folded = _probe(model, src, 36, torch.arange(0, 36, 4))  # one row per sentence
+    # at one thread any 4 rows or more round as the whole batch (torch 2.13, AVX-512): step 0 must be folded there;
+    # at two threads 9 rows do not (measured: folding them changed the scores' last bits), so the search must not
+    assert folded or threads > 1
     assert rows_fed[:2] == ([9, 36] if folded else [36, 36]) and min(rows_fed) <= 8  # then fewer rows
     monkeypatch.setattr(decode, "_SAME_ROUNDING_ROWS", 10**6)
     rows_fed.clear()

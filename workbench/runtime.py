@@ -208,6 +208,19 @@ def autocast(device: torch.device, enabled: bool | str | Precision = True) -> It
 
 
 @contextlib.contextmanager
+def cpu_threads(threads: int | None = None) -> Iterator[None]:
+    """PyTorch's CPU thread count set to ``threads`` inside (None: left as it is), and put back on leaving, whatever
+    the block did to it (a ``ctranslate2.Translator`` sets the process's OpenMP count, which PyTorch shares)."""
+    before = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(int(threads))
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
 def full_precision() -> Iterator[None]:
     """No autocast inside, on any device: what inspection runs in (attention capture, interventions, attribution),
     so its figures are fp32 whatever precision a surrounding run uses."""

@@ -84,14 +84,11 @@ def ct2_translator(model_dir: str | Path, device: str = "cpu", **options: Any) -
     without this, opening a one-thread Translator would silently make every later PyTorch product in the process run
     on one thread (and change how their rows are split, hence their rounding).
     """
-    import torch
+    from workbench.runtime import cpu_threads
 
     ctranslate2, _ = _require_ctranslate2()
-    before = torch.get_num_threads()
-    try:
+    with cpu_threads():
         return ctranslate2.Translator(str(model_dir), device=device, **options)
-    finally:
-        torch.set_num_threads(before)
 
 
 def ct2_translate(translator: Any, tokenizer: Any, sentences: list[str], beam: int = 4, length_penalty: float = 1.0,

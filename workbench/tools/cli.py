@@ -170,15 +170,12 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
             argv[argv.index("--out") + 1] = str(out / "run")
         if "--precision" not in argv:  # a card without the setting was trained in fp32 (before --precision existed)
             argv += ["--precision", (card.get("train_config") or {}).get("precision", "fp32")]
-        import torch
+        from workbench.runtime import cpu_threads
 
-        before = torch.get_num_threads()
-        try:
-            if threads:  # the card's run used this many CPU threads; the same recipe uses the same
-                torch.set_num_threads(int(threads))
+        # the card's run used this many CPU threads, so the same recipe does; a caller from Python (a notebook, a
+        # test) gets its own thread count back afterwards
+        with cpu_threads(threads):
             rc = main(argv)
-        finally:  # called from Python (a notebook, a test), the caller's thread count is left as it was
-            torch.set_num_threads(before)
         if rc:
             return rc
         built = release.build_shipped(out / "run", args.name, out / args.name, train_command=card["reproduce"]["train"],
