@@ -92,7 +92,7 @@ def test_probe_times_both_formats_and_leaves_the_random_state(bf16_units):
 def test_cli_bf16_without_units_is_one_line_and_exit_2(no_bf16, capsys):
     from workbench.tools.cli import main
 
-    rc = main(["translate", "--checkpoint", "small-de-en", "--precision", "bf16", "Ein Hund ."])
+    rc = main(["translate", "--checkpoint", "small-de-en", "--device", "cpu", "--precision", "bf16", "Ein Hund ."])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert "no bf16 matrix units" in err[0] and "--precision fp32" in err[0]
@@ -213,7 +213,8 @@ def test_fit_auto_follows_the_probe_and_says_why(bf16_units, tiny_translator, mo
     monkeypatch.setattr(runtime, "probe_seconds", fake_seconds)
     model, tok = tiny_translator
     before = [p.detach().clone() for p in model.parameters()]
-    cfg = TrainConfig(max_steps=1, max_tokens=200, eval_bleu=False, precision="auto", lr_factor=1e-9)
+    cfg = TrainConfig(max_steps=1, max_tokens=200, eval_bleu=False, precision="auto", lr_factor=1e-9,
+                      device="cpu")  # the CPU probe, also on a machine with a GPU
     history = fit(model, tok, _pairs(), _pairs(8), cfg)
     assert calls == [1] and history.precision == "bf16" and "a training step took 500 ms in bf16" in \
         history.precision_reason
@@ -328,9 +329,22 @@ def test_reproducing_a_card_trains_in_the_cards_precision(monkeypatch, tmp_path)
     assert argv[0] == "train" and argv[argv.index("--precision") + 1] == "fp32"
 
 
-def test_bf16_decoding_step_attention_agrees_with_the_fused_kernel():
-    """A CPU bf16 step with one query per row multiplies the attention out (faster there than the bf16 flash kernel):
-    it agrees with fp32 attention within bf16 rounding, and a fully masked row is zeros, as on the fused path."""
+@pytest.mark.parametrize("amx", [False, True])
+def test_bf16_decoding_step_attention_agrees_with_the_fused_kernel(amx, monkeypatch):
+    """A CPU bf16 step with one query per row multiplies the attention out where the processor has no AMX (faster
+    there than the bf16 flash kernel) and takes the flash kernel where it has: either way it agrees with fp32
+    attention within bf16 rounding, and a fully masked row is zeros, as on the fused path."""
+    import torch.nn.functional as F
+
+    fused = F.scaled_dot_product_attention
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].dtype)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(wb.model.attention, "_cpu_has_amx", lambda: amx)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
     torch.manual_seed(8)
     q, k, v = torch.randn(6, 4, 1, 16), torch.randn(6, 4, 11, 16), torch.randn(6, 4, 11, 16)
     mask = torch.ones(6, 1, 1, 11, dtype=torch.bool)
@@ -339,6 +353,7 @@ def test_bf16_decoding_step_attention_agrees_with_the_fused_kernel():
     out16, weights = wb.model.attention.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask)
     out32, _ = wb.model.attention.scaled_dot_product_attention(q, k, v, mask=mask)
     assert weights is None and out16.dtype == torch.bfloat16
+    assert calls == ([torch.bfloat16] if amx else []) + [torch.float32]  # which path the bf16 step took
     torch.testing.assert_close(out16.float(), out32, rtol=2e-2, atol=2e-2)
     assert torch.equal(out16[2], torch.zeros_like(out16[2]))
     # one query per row, not the training shapes: several queries still take the fused kernel, and agree too

@@ -17,6 +17,7 @@ zero output on both paths (never NaN).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 
 from workbench.model.hook_points import HookPoint, tap
 from workbench.model.masks import causal_mask
+from workbench.runtime import cpu_flags
 
 
 def _probe_fused_zeroes_empty_rows(device: torch.device) -> bool:
@@ -53,6 +55,12 @@ def _fused_zeroes_empty_rows(device: torch.device) -> bool:
             return False
         known = _FUSED_ZEROES_EMPTY_ROWS[device.type] = _probe_fused_zeroes_empty_rows(device)
     return known
+
+
+@functools.cache
+def _cpu_has_amx() -> bool:
+    """Does this processor have AMX bf16 tiles (``amx_bf16`` in ``/proc/cpuinfo``)? Read once per process."""
+    return "amx_bf16" in cpu_flags()
 
 
 def scaled_dot_product_attention(
@@ -95,10 +103,13 @@ def scaled_dot_product_attention(
         with torch.autocast("cpu", enabled=False):
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p,
                                                  is_causal=is_causal).to(q.dtype)
-    elif q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[-2] == 1 and dropout_p == 0.0:
-        # CPU bf16 decoding step (one query per row): this torch's bf16 flash kernel took 2.5-3x the time of the two
-        # explicit products on the decoder's shapes (torch 2.13, AVX-512 bf16, 8 heads, 8-40 keys), so the step
-        # multiplies out softmax(Q K^T / sqrt(d_k)) V itself; fully masked rows are zeros, as on the fused path
+    elif (q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[-2] == 1 and dropout_p == 0.0
+          and not _cpu_has_amx()):
+        # CPU bf16 decoding step (one query per row) without AMX: this torch's bf16 flash kernel took 2.5-3x the time
+        # of the two explicit products on the decoder's shapes (torch 2.13, AVX-512 bf16, 8 heads, 8-40 keys), so
+        # the step multiplies out softmax(Q K^T / sqrt(d_k)) V itself; fully masked rows are zeros, as on the fused
+        # path. With AMX tiles (an Intel Xeon with amx_bf16) the flash kernel was the faster of the two: a beam-4
+        # batch of small-de-en took about 20 % less time with it (torch 2.11, bench/results/bf16/README.md)
         out = attention_weights(q, k, mask, is_causal) @ v  # (B, H, 1, d_v)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
