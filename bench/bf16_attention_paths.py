@@ -4,10 +4,10 @@
 
 A bf16 decoding step has one query per row. :func:`workbench.model.attention.scaled_dot_product_attention` computes
 it with two explicit products (softmax(Q K^T / sqrt(d_k)) V) on a processor without AMX and with torch's flash
-kernel on one with AMX (``_cpu_has_amx``). This script decodes the first ``--sentences`` of test_2016_flickr with
-the shipped small-de-en (beam 4, 64-sentence batches) in fp32, in bf16 through the explicit products and in bf16
-through the flash kernel, whatever this processor has (the choice is patched for the run), ``--rounds`` times in
-that order, and times each. Then it profiles one fp32 and one bf16 run (this processor's own path) and keeps the
+kernel on one with AMX (``workbench.model.attention.BF16_STEP_ATTENTION`` forces either). This script decodes the
+first ``--sentences`` of test_2016_flickr with the shipped small-de-en (beam 4, 64-sentence batches) in fp32, in bf16
+through the explicit products and in bf16 through the flash kernel, whatever this processor has, ``--rounds`` times
+in that order, and times each. Then it profiles one fp32 and one bf16 run (this processor's own path) and keeps the
 22 ops with the most self time of each, and times ``F.linear`` in both formats on the decoding step's shapes.
 """
 
@@ -36,14 +36,14 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from workbench.model import attention
-    from workbench.runtime import choose_precision
+    from workbench.runtime import choose_precision, cpu_flags
     from workbench.tools.provenance import provenance
     from workbench.translation.decode import translate
     from workbench.translation.pipeline import load_pairs
     from workbench.translation.shipped import load_any
 
     device = torch.device("cpu")
-    report = {**provenance(device=device), "amx": attention._cpu_has_amx()}
+    report = {**provenance(device=device), "amx": "amx_bf16" in cpu_flags()}
     model, tokenizer, _ = load_any("small-de-en", device=device)
     sources = [s for s, _ in load_pairs("test_2016_flickr", "de", "en", args.data_dir)][: args.sentences]
     bf16 = choose_precision("bf16", device)  # refuses, in one line, on a CPU without bf16 support
@@ -53,16 +53,15 @@ def main() -> None:
         translate(model, tokenizer, sources, beam=4, alpha=0.6, batch_size=64, device=device, precision=precision)
         return time.perf_counter() - start
 
-    own = attention._cpu_has_amx
     seconds: dict[str, list[float]] = {}
     try:
         for _ in range(args.rounds):
-            for label, precision, flash in (("fp32", "fp32", False), ("bf16_explicit", bf16, False),
-                                            ("bf16_flash", bf16, True)):
-                attention._cpu_has_amx = (lambda f=flash: f)  # which path a one-query bf16 step takes
+            for label, precision, path in (("fp32", "fp32", None), ("bf16_explicit", bf16, "explicit"),
+                                           ("bf16_flash", bf16, "flash")):
+                attention.BF16_STEP_ATTENTION = path  # which kernel a one-query bf16 step takes
                 seconds.setdefault(label, []).append(round(run(precision), 3))
     finally:
-        attention._cpu_has_amx = own
+        attention.BF16_STEP_ATTENTION = None
     report["seconds"] = seconds
     print(f"{len(sources)} sentences, beam 4, seconds per round: {seconds}")
     tables = {}

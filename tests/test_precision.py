@@ -361,3 +361,17 @@ def test_bf16_decoding_step_attention_agrees_with_the_fused_kernel(amx, monkeypa
     out16, _ = wb.model.attention.scaled_dot_product_attention(q9.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask)
     out32, _ = wb.model.attention.scaled_dot_product_attention(q9, k, v, mask=mask)
     torch.testing.assert_close(out16.float(), out32, rtol=2e-2, atol=2e-2)
+
+
+def test_the_bf16_step_attention_can_be_forced_and_says_what_it_takes(monkeypatch):
+    from workbench.model import attention
+
+    q = torch.randn(2, 2, 1, 8).bfloat16()
+    for forced, amx in (("flash", False), ("explicit", True)):
+        monkeypatch.setattr(attention, "_cpu_has_amx", lambda amx=amx: amx)
+        monkeypatch.setattr(attention, "BF16_STEP_ATTENTION", forced)
+        assert attention._bf16_step_takes_flash() is (forced == "flash")  # the setting wins over the processor
+        attention.scaled_dot_product_attention(q, q, q)
+    monkeypatch.setattr(attention, "BF16_STEP_ATTENTION", "fast")
+    with pytest.raises(ValueError, match="BF16_STEP_ATTENTION='fast': use None, 'flash' or 'explicit'"):
+        attention.scaled_dot_product_attention(q, q, q)

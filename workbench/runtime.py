@@ -4,8 +4,10 @@ counts."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import platform
 import random
 import statistics
 import time
@@ -205,6 +207,37 @@ def autocast(device: torch.device, enabled: bool | str | Precision = True) -> It
             yield
     else:
         yield
+
+
+# glibc malloc's fixed thresholds for keep_freed_memory(): requests up to this size come from its heap (32 MB is the
+# largest glibc accepts on a 64-bit system), and this much freed memory may stay at the heap's top for reuse
+MALLOC_MMAP_THRESHOLD = 32 << 20
+MALLOC_TRIM_THRESHOLD = 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep freed memory for reuse instead of handing it back to the system at once.
+
+    PyTorch's CPU allocator asks malloc for every tensor. glibc maps requests above a threshold afresh and unmaps them
+    when freed, and the threshold only adapts after such a free, so a decoding loop, whose key/value caches grow a
+    little every step, keeps faulting fresh pages in: tens of thousands of page faults for 256 sentences of beam-4
+    decoding. Fixed thresholds (``MALLOC_MMAP_THRESHOLD``, ``MALLOC_TRIM_THRESHOLD``) let the heap serve and keep
+    them; the process may then hold up to 256 MB of freed memory for its next tensors.
+
+    Process-wide and not undoable, so the package never calls it on import: the ``workbench`` command calls it for its
+    own process, and a notebook may call it once. Returns whether it took effect: False where the C library is not
+    glibc, or when the environment says ``WORKBENCH_MALLOC=system``.
+    """
+    if os.environ.get("WORKBENCH_MALLOC", "").lower() == "system" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    # the mmap threshold first: setting either one turns glibc's adaptive thresholds off
+    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD,
+                                                                                       MALLOC_TRIM_THRESHOLD))
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from workbench.errors import ConfigError
 from workbench.model.hook_points import HookPoint, tap
 from workbench.model.masks import causal_mask
 from workbench.runtime import cpu_flags
@@ -57,10 +58,22 @@ def _fused_zeroes_empty_rows(device: torch.device) -> bool:
     return known
 
 
+# the kernel of a CPU bf16 decoding step's attention (one query per row): None picks by the processor (torch's flash
+# kernel with AMX tiles, two explicit products without: each measured the faster there); "flash" or "explicit" forces
+# one (bench/bf16_attention_paths.py races the two)
+BF16_STEP_ATTENTION: str | None = None
+
+
 @functools.cache
 def _cpu_has_amx() -> bool:
     """Does this processor have AMX bf16 tiles (``amx_bf16`` in ``/proc/cpuinfo``)? Read once per process."""
     return "amx_bf16" in cpu_flags()
+
+
+def _bf16_step_takes_flash() -> bool:
+    if BF16_STEP_ATTENTION not in (None, "flash", "explicit"):
+        raise ConfigError(f"BF16_STEP_ATTENTION={BF16_STEP_ATTENTION!r}: use None, 'flash' or 'explicit'")
+    return _cpu_has_amx() if BF16_STEP_ATTENTION is None else BF16_STEP_ATTENTION == "flash"
 
 
 def scaled_dot_product_attention(
@@ -104,7 +117,7 @@ def scaled_dot_product_attention(
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p,
                                                  is_causal=is_causal).to(q.dtype)
     elif (q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[-2] == 1 and dropout_p == 0.0
-          and not _cpu_has_amx()):
+          and not _bf16_step_takes_flash()):
         # CPU bf16 decoding step (one query per row) without AMX: this torch's bf16 flash kernel took 2.5-3x the time
         # of the two explicit products on the decoder's shapes (torch 2.13, AVX-512 bf16, 8 heads, 8-40 keys), so
         # the step multiplies out softmax(Q K^T / sqrt(d_k)) V itself; fully masked rows are zeros, as on the fused

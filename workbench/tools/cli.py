@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.runtime import keep_freed_memory
 from workbench.tools.run_options import add_run_options, run_config_from_args
 from workbench.translation.decode import DECODING
 
@@ -476,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
+    if keep_freed_memory():  # this process is the command's own: decoding faults far fewer pages in
+        log.debug("malloc keeps freed memory for reuse (WORKBENCH_MALLOC=system leaves glibc's defaults)")
     try:
         return int(args.func(args) or 0)
     except WorkbenchError as exc:
