@@ -121,8 +121,8 @@ def scaled_dot_product_attention(
         # CPU bf16 decoding step (one query per row) without AMX: this torch's bf16 flash kernel took 2.5-3x the time
         # of the two explicit products on the decoder's shapes (torch 2.13, AVX-512 bf16, 8 heads, 8-40 keys), so
         # the step multiplies out softmax(Q K^T / sqrt(d_k)) V itself; fully masked rows are zeros, as on the fused
-        # path. With AMX tiles (an Intel Xeon with amx_bf16) the flash kernel was the faster of the two: a beam-4
-        # batch of small-de-en took about 20 % less time with it (torch 2.11, bench/results/bf16/README.md)
+        # path. With AMX tiles (an Intel Xeon with amx_bf16) the flash kernel was the faster of the two: beam-4
+        # batches of small-de-en took 5-30 % less time with it (torch 2.11, bench/results/bf16/README.md)
         out = attention_weights(q, k, mask, is_causal) @ v  # (B, H, 1, d_v)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
