@@ -6,7 +6,7 @@ Each measurement is a fresh process (the malloc setting cannot be undone inside 
 and decodes the first ``--sentences`` of test_2016_flickr with the card's beam and length penalty, in fp32 and then in
 bf16 (where the CPU has bf16 units), and reports each format's seconds, the page faults (``ru_minflt``) during each
 and the process's peak resident memory. ``system`` processes keep glibc's defaults (``WORKBENCH_MALLOC=system``),
-``kept`` ones call :func:`keep_freed_memory` first, as the ``workbench`` command does; the two alternate, ``--rounds``
+``kept`` ones call :func:`keep_freed_memory` first, as ``workbench translate`` does; the two alternate, ``--rounds``
 of each, which goes first alternating. Reported: every run, the medians, and the speed-up of ``kept`` per format.
 """
 

@@ -1,5 +1,6 @@
 """keep_freed_memory(): glibc's malloc keeps freed memory for the next tensors, so a tensor that grows step by step
-(a decoder's key/value cache) stops faulting fresh pages in; the command turns it on for its own process only."""
+(a decoder's key/value cache) stops faulting fresh pages in; the decoding commands turn it on for their own
+process only."""
 
 from __future__ import annotations
 
@@ -43,10 +44,12 @@ def test_kept_memory_stops_a_growing_tensor_faulting_pages_in():
     assert kept["faults"] * 4 < system["faults"], (kept, system)
 
 
-def test_the_command_keeps_freed_memory_for_its_own_process(monkeypatch):
+def test_the_decoding_commands_keep_freed_memory_for_their_own_process(monkeypatch, capsys):
     from workbench.tools import cli
 
     calls = []
     monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append(1) or True)
     assert cli.main(["info", "--preset", "tiny", "--vocab-size", "100"]) == 0
-    assert calls == [1]
+    assert calls == []  # not a decoding command: glibc's defaults stay
+    assert cli.main(["translate", "--checkpoint", "small-de-en", "--device", "cpu", "--beam", "1", "Ein Hund ."]) == 0
+    assert calls == [1] and capsys.readouterr().out.strip()

@@ -225,8 +225,8 @@ def keep_freed_memory() -> bool:
     decoding. Fixed thresholds (``MALLOC_MMAP_THRESHOLD``, ``MALLOC_TRIM_THRESHOLD``) let the heap serve and keep
     them; the process may then hold up to 256 MB of freed memory for its next tensors.
 
-    Process-wide and not undoable, so the package never calls it on import: the ``workbench`` command calls it for its
-    own process, and a notebook may call it once. Returns whether it took effect: False where the C library is not
+    Process-wide and not undoable, so the package never calls it on import: ``workbench translate`` and ``evaluate``
+    call it for their own process, and a notebook that decodes a lot may call it once. Returns whether it took effect: False where the C library is not
     glibc, or when the environment says ``WORKBENCH_MALLOC=system``.
     """
     if os.environ.get("WORKBENCH_MALLOC", "").lower() == "system" or platform.libc_ver()[0] != "glibc":

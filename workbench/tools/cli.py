@@ -20,6 +20,9 @@ from workbench.tools.run_options import add_run_options, run_config_from_args
 from workbench.translation.decode import DECODING
 
 log = logging.getLogger("workbench")
+# the commands whose work is decoding: they keep freed memory for reuse (runtime.keep_freed_memory; measured in
+# bench/results/decoding/); training and the benchmarks keep glibc's defaults
+DECODING_COMMANDS = ("translate", "evaluate")
 
 
 def _resolve_checkpoint(path: str) -> Path | str:
@@ -477,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
-    if keep_freed_memory():  # this process is the command's own: decoding faults far fewer pages in
+    if args.command in DECODING_COMMANDS and keep_freed_memory():  # this process is the command's own
         log.debug("malloc keeps freed memory for reuse (WORKBENCH_MALLOC=system leaves glibc's defaults)")
     try:
         return int(args.func(args) or 0)
