@@ -218,7 +218,7 @@ def test_smoke_book_reads_offline(smoke_book, browser, tmp_path):
     names = [p.name for p in pages]
     for nb in smoke_book.pages:
         assert f"{nb.name}.html" in names
-    assert {"index.html", "concepts.html", "models.html", "search.html"} <= set(names)
+    assert {"index.html", "concepts.html", "teaching.html", "models.html", "search.html"} <= set(names)
     context, page, left, errors = offline_page(browser)
     try:
         for path in pages:
@@ -241,6 +241,7 @@ def test_smoke_book_reads_offline(smoke_book, browser, tmp_path):
                 assert divs > 0, f"{path.name}: a notebook page without figures"
                 assert rendered > 0
                 assert "Closing checks" in text and "✓ held" in text and "✗ failed" not in text
+                assert "After this lesson you can" in text and "Lab time" in text  # the instructor layer's card
             if path.name != "search.html":
                 assert not errors, f"{path.name}: {errors}"
             errors.clear()

@@ -445,20 +445,34 @@ def _run_note(page: BookPage) -> str:
             f"[the closing checks](#closing-checks).\n:::\n")
 
 
+def _lesson_card(number: str) -> str | None:
+    """The instructor layer's box for lesson ``number`` (None for a notebook it does not know, e.g. a student's)."""
+    from workbench.lessons import course
+
+    return course.card_markdown(number) if number in course.load()["lessons"] else None
+
+
 def prepare_notebook(page: BookPage) -> tuple[Any, list[str]]:
-    """The executed notebook made ready for the book: offline outputs, a run note after the title cell, the
-    closing checks at the end. Returns (notebook, changes)."""
+    """The executed notebook made ready for the book: offline outputs, the lesson's card (objectives,
+    prerequisites, minutes, difficulty, exercises) and a run note after the title cell, the closing checks at the
+    end. Returns (notebook, changes)."""
     import nbformat
 
     nb = nbformat.read(str(page.notebook), as_version=4)
     changes = offline_notebook(nb)
     checks = nbformat.v4.new_markdown_cell(checks_markdown(nb, page))
     note = nbformat.v4.new_markdown_cell(_run_note(page))
+    added = [note, checks]
     first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip()
                      .startswith("# ")), None)
-    nb.cells.insert(0 if first_md is None else first_md + 1, note)
+    at = 0 if first_md is None else first_md + 1
+    nb.cells.insert(at, note)
+    card = _lesson_card(page.name[:2])
+    if card is not None:  # objectives, prerequisites, minutes, difficulty: under the title, above the run note
+        added.append(nbformat.v4.new_markdown_cell(card))
+        nb.cells.insert(at, added[-1])
     nb.cells.append(checks)
-    if nb.nbformat_minor < 5:  # cell ids exist from nbformat 4.5 on: the two new cells must not carry one
-        for cell in (note, checks):
+    if nb.nbformat_minor < 5:  # cell ids exist from nbformat 4.5 on: the new cells must not carry one
+        for cell in added:
             cell.pop("id", None)
     return nb, changes

@@ -1,9 +1,11 @@
 """The README's generated blocks: the lessons (one line each, from the notebooks' titles), the shipped models' table
 (from their cards), the decoding engines side by side (from the newest ``bench/results/decoding-engines-*.json``) and
-"How it fits together" (from the concept map, :mod:`workbench.lessons.concepts`).
+"How it fits together" (from the concept map, :mod:`workbench.lessons.concepts`); each lesson's line carries its
+minutes, difficulty and prerequisites from the instructor layer (:mod:`workbench.lessons.course`).
 
     python -m workbench.tools.frontpage            # print the blocks
-    python -m workbench.tools.frontpage --write    # rewrite them in README.md (and the book's concepts page)
+    python -m workbench.tools.frontpage --write    # rewrite them in README.md (and the book's concepts and
+                                                   # teaching pages)
 
 Each block sits between ``<!-- NAME:begin ... -->`` and ``<!-- NAME:end -->`` markers; ``tests/test_frontpage.py``
 fails when a block and what it is generated from disagree, so a new notebook, a new card or a new concept row
@@ -52,7 +54,14 @@ def lesson_titles(folder: Path = NOTEBOOKS) -> list[tuple[str, str, str]]:
 
 
 def lessons_block(folder: Path = NOTEBOOKS) -> str:
-    lines = [f"{n}. [{title}](notebooks/{stem}.ipynb)" for n, title, stem in lesson_titles(folder)]
+    """One line per lesson: its title linked, then minutes, difficulty and the lessons it needs (from the instructor
+    layer, :mod:`workbench.lessons.course`; a lesson without an entry there is listed without them)."""
+    from workbench.lessons import course
+
+    lines = []
+    for n, title, stem in lesson_titles(folder):
+        suffix = course.readme_suffix(n) if n in course.load()["lessons"] else ""
+        lines.append(f"{n}. [{title}](notebooks/{stem}.ipynb){suffix}")
     return "\n".join(lines)
 
 
@@ -105,6 +114,13 @@ def concepts_block() -> str:
     return concepts.overview_markdown()
 
 
+def course_page_blocks(folder: Path = NOTEBOOKS) -> dict[str, Callable[[], str]]:
+    """The generated blocks of the book page "Teaching with the workbench" (``workbench/book_src/teaching.md``)."""
+    from workbench.lessons import course
+
+    return course.teaching_blocks({n: title for n, title, _ in lesson_titles(folder)})
+
+
 BLOCKS: dict[str, Callable[[], str]] = {"lessons": lessons_block, "models": models_block, "decoding": decoding_block,
                                          "concepts": concepts_block}
 
@@ -115,9 +131,9 @@ def block(text: str, name: str) -> str | None:
     return m.group(1).strip("\n") if m else None
 
 
-def rewrite(text: str) -> str:
-    """``text`` with every block present in it regenerated."""
-    for name, make in BLOCKS.items():
+def rewrite(text: str, blocks: dict[str, Callable[[], str]] | None = None) -> str:
+    """``text`` with every block present in it regenerated (``blocks``: the README's by default)."""
+    for name, make in (BLOCKS if blocks is None else blocks).items():
         if block(text, name) is not None:
             pattern = re.escape(begin(name)) + r".*?" + re.escape(end(name))
             text = re.sub(pattern, lambda _m, n=name, f=make: f"{begin(n)}\n{f()}\n{end(n)}", text, flags=re.S)
@@ -126,15 +142,19 @@ def rewrite(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="rewrite README.md's blocks and the book's concepts page")
+    ap.add_argument("--write", action="store_true", help="rewrite README.md's blocks and the book's concepts and "
+                    "teaching pages")
     args = ap.parse_args(argv)
     if args.write:
         README.write_text(rewrite(README.read_text(encoding="utf-8")), encoding="utf-8")
         try:
-            from workbench.lessons import concepts
+            from workbench.lessons import concepts, course
         except ImportError:
             return 0
         concepts.CONCEPTS_PAGE.write_text(concepts.page_markdown(), encoding="utf-8")
+        teaching = course_page_blocks()
+        page = course.TEACHING_PAGE.read_text(encoding="utf-8")
+        course.TEACHING_PAGE.write_text(rewrite(page, teaching), encoding="utf-8")
     else:
         for name, make in BLOCKS.items():
             sys.stdout.write(f"{begin(name)}\n{make()}\n{end(name)}\n\n")
