@@ -90,7 +90,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from workbench.translation.shipped import load_any
 
-    model, tokenizer, _ = load_any(_resolve_checkpoint(args.model), device="cpu")
+    model, tokenizer, info = load_any(_resolve_checkpoint(args.model), device="cpu")
     out = Path(args.out_dir)
     if out.exists() and any(out.iterdir()) and not args.force:
         from workbench.errors import BridgeError
@@ -102,6 +102,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         to_huggingface(model, tokenizer, out)
         print(f"wrote a transformers Marian folder to {out}: MarianMTModel.from_pretrained('{out}'), "
               f"AutoTokenizer.from_pretrained('{out}')")
+    elif args.to == "onnx":
+        from workbench.bridges.onnx import to_onnx
+
+        weights = {None: "int8", "int8": "int8", "float32": "fp32", "fp32": "fp32"}.get(args.quantization)
+        if weights is None:
+            from workbench.errors import BridgeError
+
+            raise BridgeError(f"--quantization {args.quantization} is not an ONNX weight format: use int8 or float32")
+        to_onnx(model, tokenizer, out, weights=weights, card=info.get("card"))
+        print(f"wrote ONNX graphs ({weights} weights) to {out}: workbench.bridges.onnx.OnnxTranslator('{out}')")
     else:
         from workbench.bridges.ctranslate2 import to_ctranslate2
 
@@ -436,8 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "that folder with CTranslate2's converter. Needs the [hf] extra.")
     p.add_argument("model", help="a shipped model name (small-de-en) or a checkpoint file / run folder")
     p.add_argument("out_dir", help="the folder to write")
-    p.add_argument("--to", required=True, choices=["huggingface", "ctranslate2"], help="the target format")
-    p.add_argument("--quantization", default=None, help="CTranslate2 only: int8, float16... (default: float32)")
+    p.add_argument("--to", required=True, choices=["huggingface", "ctranslate2", "onnx"],
+                   help="the target format (onnx: the encoder and a decoder step for ONNX Runtime, the [onnx] extra)")
+    p.add_argument("--quantization", default=None, help="CTranslate2: int8, float16... (default: float32); "
+                                                          "ONNX: int8 (the default) or float32")
     p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
     p.set_defaults(func=cmd_export)
 
