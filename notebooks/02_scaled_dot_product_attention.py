@@ -232,7 +232,7 @@ metrics.update(
 # %%
 ex.predict("02.variance_factor", PREDICT_VARIANCE_FACTOR, 2 ** fit[0],
            "q·k is a sum of d_k independent products of variance 1, so its variance is d_k: it doubles with d_k "
-           "(the fitted log-log slope is 1), and the typical score grows like sqrt(d_k)", rel_tol=0.1)
+           "(the fitted log-log slope is 1), and the typical score grows like sqrt(d_k)")
 
 # %% [markdown]
 # Without scaling, the largest weight creeps towards 1, the entropy falls towards 0 and the gradient shrinks as

@@ -290,7 +290,7 @@ metrics.update(param_counts_equal=len(set(counts.values())) == 1, param_count=co
 ex.predict("03.params_ratio", PREDICT_PARAMS_RATIO,
            wb.count_parameters(wb.MultiHeadAttention(64, 8)) / wb.count_parameters(wb.MultiHeadAttention(64, 1)),
            "the same four d_model x d_model matrices are cut into h slices of width d_model/h: more heads "
-           "share the width, they do not add parameters", rel_tol=0.01)
+           "share the width, they do not add parameters")
 
 # %% [markdown]
 # ## 4 · What each head sees: heads built by hand

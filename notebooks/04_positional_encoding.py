@@ -182,7 +182,7 @@ metrics.update(norm_error=float((norms - expected_norm(D_MODEL)).abs().max()), o
 # %%
 ex.predict("04.row_norm", PREDICT_ROW_NORM, float(norms.mean()),
            "each (sin, cos) pair of the same angle has length 1, and there are D_MODEL/2 pairs, so every row has "
-           "norm sqrt(D_MODEL/2) whatever the position", rel_tol=0.02)
+           "norm sqrt(D_MODEL/2) whatever the position")
 
 # %% [markdown]
 # ### Why: a shift is a rotation

@@ -351,7 +351,7 @@ ffn_params = wb.count_parameters(FeedForward(512, 2048))
 layer_params = ffn_params + wb.count_parameters(wb.MultiHeadAttention(512, 8)) + 2 * 2 * 512  # + two LayerNorms
 ex.predict("06.ffn_share", PREDICT_FFN_SHARE, ffn_params / layer_params,
            "the FFN has two d_model x d_ff matrices (2·4·d² with d_ff = 4d), attention four d x d ones (4d²): "
-           "8d² against 4d², so about two thirds", rel_tol=0.05)
+           "8d² against 4d², so about two thirds")
 
 # %% [markdown]
 # Why two thirds: the attention block has four $d\times d$ matrices ($4d^2$), the feed-forward network two

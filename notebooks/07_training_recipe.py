@@ -118,8 +118,7 @@ metrics.update(paper_peak_step=paper["argmax"], paper_peak=paper["peak"], paper_
 from workbench.lessons import exercises as ex  # predictions and exercise checks
 ex.predict("07.peak_step", PREDICT_PEAK_STEP, paper["argmax"],
            "the rate is min(s^-0.5, s·warmup^-1.5) times constants: the two terms are equal at s = warmup, "
-           "the rising one is smaller before it and the falling one after, so the peak is the warm-up step",
-           rel_tol=0.01)
+           "the rising one is smaller before it and the falling one after, so the peak is the warm-up step")
 
 # %% [markdown]
 # ## Your turn: the schedule as a function of the step

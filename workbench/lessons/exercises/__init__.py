@@ -1,6 +1,8 @@
-"""Exercises of the by-hand lessons (notebooks 01-08): the student writes a function, :func:`check` runs it against
-the package's own on random and edge-case inputs and names the mistake when it recognises one (each exercise
-carries a catalogue of planted mistakes), :func:`predict` compares a written prediction with the measurement.
+"""Exercises of the lessons: the student writes a function, :func:`check` runs it against the package's own on
+fixed, edge-case and randomly drawn inputs, tests the properties a right answer has (values, the caller's inputs
+unchanged, gradients, the objects it fills, its own work) and names the mistake when it recognises one (each
+exercise carries a catalogue of planted mistakes); :func:`predict` compares a written prediction with the
+measurement by the rule registered in :data:`PREDICTIONS`.
 
 In a notebook::
 
@@ -9,7 +11,13 @@ In a notebook::
     attention_weights = result.function                            # the package's unless yours passed
     result
 
-One module per notebook (``nb01`` ... ``nb08``) registers that notebook's exercises in :data:`EXERCISES`.
+For marks, a grader keeps the two halves of a check apart: :func:`observe` runs the student's function (in a
+sandboxed process) and records plain data; :func:`judge` decides in a process the student's code never ran in.
+After a failed exercise, later exercises of the same notebook run with the package's function under its name
+(``get(id).reference``), as the lessons do.
+
+One module per notebook (``nb01`` ... ) registers that notebook's exercises in :data:`EXERCISES` and its
+predictions in :data:`PREDICTIONS`.
 """
 
 from __future__ import annotations
@@ -18,24 +26,35 @@ from workbench.lessons.exercises import nb01, nb02, nb03, nb04, nb05, nb06, nb07
 from workbench.lessons.exercises.core import (
     EXERCISES,
     FAILED,
+    N_DRAWS,
     NOT_ATTEMPTED,
     PASSED,
+    PREDICTIONS,
     RESULTS,
     TIME_LIMIT,
     Case,
     CheckResult,
     Exercise,
+    Invariant,
     Mistake,
+    PackageAnswerCalled,
+    Prediction,
     PredictionResult,
+    Property,
     check,
     exercises_of,
     get,
+    grade_prediction,
+    judge,
+    observe,
     predict,
     recognised,
+    register_prediction,
     summary,
     variants,
 )
 
-__all__ = ["EXERCISES", "FAILED", "NOT_ATTEMPTED", "PASSED", "RESULTS", "TIME_LIMIT", "Case", "CheckResult", "Exercise",
-           "Mistake", "PredictionResult", "check", "exercises_of", "get", "predict", "recognised", "summary",
-           "variants"]
+__all__ = ["EXERCISES", "FAILED", "N_DRAWS", "NOT_ATTEMPTED", "PASSED", "PREDICTIONS", "RESULTS", "TIME_LIMIT", "Case",
+           "CheckResult", "Exercise", "Invariant", "Mistake", "PackageAnswerCalled", "Prediction", "PredictionResult",
+           "Property", "check", "exercises_of", "get", "grade_prediction", "judge", "observe", "predict", "recognised",
+           "register_prediction", "summary", "variants"]

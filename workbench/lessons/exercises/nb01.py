@@ -9,8 +9,18 @@ import math
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import (
+    Case,
+    Exercise,
+    Mistake,
+    Prediction,
+    register,
+    register_prediction,
+)
 from workbench.model.rnn import DotProductAttention
+
+PACKAGE = ("workbench.model.rnn.DotProductAttention.forward",)  # unavailable while a student's function runs
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -35,8 +45,14 @@ def _score_cases() -> list[Case]:
             Case("float64", _states(2, 4, 3, 3, torch.float64))]
 
 
+def _score_draw(rng) -> Case:
+    B, S, D, dt = rng.randint(1, 4), rng.randint(1, 7), rng.randint(1, 9), P.dtype(rng)
+    return Case(f"batch {B}, {S} states of width {D}, {dt}", (P.randn(rng, B, D, dtype=dt), P.randn(rng, B, S, D, dtype=dt)))
+
+
 register(Exercise(
     "01.dot_score", "the dot-product score e_i = s_t · h_i", dot_score, _score_cases,
+    draw=_score_draw, differentiable=True, package=PACKAGE,
     mistakes=(
         Mistake("divided by sqrt(d)", "Luong's score s_t·h_i is not scaled; the 1/sqrt(d_k) belongs to the "
                 "Transformer's attention (notebook 02)", lambda s, H: (H @ s[:, :, None]).squeeze(-1) / math.sqrt(s.shape[-1])),
@@ -69,9 +85,25 @@ def _dist_cases() -> list[Case]:
             Case("length 1", (torch.randn(2, 1, generator=g), torch.ones(2, 1, dtype=torch.bool)))]
 
 
+def _dist_draw(rng) -> Case:
+    B, S, dt = rng.randint(1, 5), rng.randint(1, 8), P.dtype(rng)
+    lens = P.lengths(rng, B, S)
+    return Case(f"batch {B}, lengths {lens}, {dt}", (P.randn(rng, B, S, dtype=dt, scale=2.0), P.key_mask(lens, S)))
+
+
+def _ragged_cases() -> list[Case]:
+    return [*_dist_cases(), Case("batch 4, every row a different length", _dist_draw_fixed())]
+
+
+def _dist_draw_fixed() -> tuple:
+    g = _gen(11)
+    return torch.randn(4, 5, generator=g) * 3, P.key_mask([5, 3, 1, 4], 5)
+
+
 register(Exercise(
     "01.attention_distribution", "alpha = softmax(e) over the real source positions", attention_distribution,
-    _dist_cases,
+    _ragged_cases, draw=_dist_draw, differentiable=True, package=PACKAGE,
+    invariants=(P.rows_sum_to_one(1, fully_masked_zero=False), P.masked_weights_zero(1)),
     mistakes=(
         Mistake("padding not masked", "padding positions got weight: fill their scores with -inf before the softmax",
                 lambda e, mask: torch.softmax(e, -1)),
@@ -104,8 +136,15 @@ def _ctx_cases() -> list[Case]:
             Case("length 1", case(2, 1, 4)), Case("float64", case(2, 4, 3, torch.float64))]
 
 
+def _ctx_draw(rng) -> Case:
+    B, S, D, dt = rng.randint(1, 4), rng.randint(1, 7), rng.randint(1, 9), P.dtype(rng)
+    alpha = torch.softmax(P.randn(rng, B, S, dtype=dt, scale=2.0), -1)
+    return Case(f"batch {B}, {S} states of width {D}, {dt}", (alpha, P.randn(rng, B, S, D, dtype=dt)))
+
+
 register(Exercise(
     "01.context_vector", "the context vector a_t = Σ_i alpha_i h_i", context_vector, _ctx_cases,
+    draw=_ctx_draw, differentiable=True, package=PACKAGE,
     mistakes=(
         Mistake("weights ignored (plain average)", "every state got the same weight: multiply each h_i by its "
                 "alpha_i before summing", lambda alpha, H: H.mean(1)),
@@ -124,3 +163,14 @@ def package_step(s: Tensor, H: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     (context, alpha), for the lesson to compare. Shapes: s (B, D), H (B, S, D), mask (B, S) -> (B, D), (B, S)."""
     ctx, w = DotProductAttention()(s[:, None], H, mask)  # (B, 1, D), (B, 1, S)
     return ctx[:, 0], w[:, 0]
+
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+WORKED_H = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])  # the lesson's h_1..h_3
+WORKED_S = torch.tensor([0.5, 1.0, 0.0, -0.5])  # the lesson's decoder state s_t
+
+register_prediction(Prediction(
+    "01.largest_state", "which encoder state of the worked example gets the largest weight (1, 2 or 3)?",
+    "PREDICT_LARGEST_STATE", "choice", choices=(1, 2, 3),
+    wrong=(("the first state", 1), ("the state with the largest entries (h_3)", 3)),
+    expected=lambda params: int((WORKED_H @ WORKED_S).argmax()) + 1))

@@ -9,7 +9,15 @@ import math
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import (
+    Case,
+    Exercise,
+    Mistake,
+    Prediction,
+    register,
+    register_prediction,
+)
 from workbench.model.attention import attention_weights as package_weights
 from workbench.model.attention import scaled_dot_product_attention as package_attention
 
@@ -42,6 +50,50 @@ def cases() -> list[Case]:
         Case("length 1", (*_qkv(2, 5, 1, 1, 4, 4, 4), None)),
         Case("cross-attention Tq != Tk, float64", (*_qkv(2, 1, 3, 7, 16, 2, 5, torch.float64), None)),
     ]
+
+
+def draw(rng) -> Case:
+    """A random (q, k, v, mask): sizes, dtype and a mask of one of four kinds (none, key padding with ragged
+    lengths, causal, or arbitrary with some fully masked rows)."""
+    B, H, Tq, Tk = rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 6), rng.randint(1, 7)
+    dk, dv, dt = rng.randint(1, 9), rng.randint(1, 6), P.dtype(rng)
+    kind = rng.choice(["none", "padding", "causal", "rows"])
+    if kind == "causal":
+        Tk = Tq
+    q, k, v = (P.randn(rng, B, H, Tq, dk, dtype=dt, scale=1.5), P.randn(rng, B, H, Tk, dk, dtype=dt, scale=1.5),
+               P.randn(rng, B, H, Tk, dv, dtype=dt))
+    if kind == "none":
+        mask = None
+    elif kind == "padding":
+        mask = P.key_mask(P.lengths(rng, B, Tk), Tk)[:, None, None, :]  # (B, 1, 1, Tk)
+    elif kind == "causal":
+        mask = torch.ones(Tq, Tq, dtype=torch.bool).tril()
+    else:
+        mask = torch.rand(B, 1, Tq, Tk, generator=P.gen(rng)) < 0.6
+        mask[0, 0, rng.randrange(Tq)] = False  # at least one query that may see nothing
+    return Case(f"B={B}, H={H}, Tq={Tq}, Tk={Tk}, d_k={dk}, {kind} mask, {dt}", (q, k, v, mask))
+
+
+def _ragged_case() -> Case:
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(4, 2, 5, 4, generator=g), torch.randn(4, 2, 5, 4, generator=g),
+               torch.randn(4, 2, 5, 3, generator=g))
+    return Case("batch 4, every row a different length", (q, k, v, P.key_mask([5, 2, 4, 1], 5)[:, None, None, :]))
+
+
+PACKAGE = ("workbench.model.attention.attention_weights", "workbench.model.attention.scaled_dot_product_attention")
+WEIGHT_INVARIANTS = (P.no_nan(), P.rows_sum_to_one(2), P.masked_weights_zero(2))
+
+
+def _masked_after_softmax(q, k, mask):
+    """The mistake of notebook 01 again: softmax over every key, then blocked weights set to 0 (rows no longer sum
+    to 1)."""
+    w = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]), -1)
+    return w if mask is None else w * mask
+
+
+MASKED_AFTER_SOFTMAX = ("masked after the softmax (as in notebook 01)", "zeroing blocked weights after the softmax "
+                        "leaves rows that no longer sum to 1: fill blocked scores with -inf before the softmax")
 
 
 # -- attention_weights --------------------------------------------------------------------------------------------
@@ -106,8 +158,10 @@ WEIGHT_MISTAKES = (
 
 register(Exercise(
     "02.attention_weights", "the attention weights softmax(QKᵀ/√d_k) with a mask", attention_weights,
-    lambda: [Case(c.name, (c.args[0], c.args[1], c.args[3])) for c in cases()],
-    mistakes=WEIGHT_MISTAKES,
+    lambda: [Case(c.name, (c.args[0], c.args[1], c.args[3])) for c in [*cases(), _ragged_case()]],
+    draw=lambda rng: (lambda c: Case(c.name, (c.args[0], c.args[1], c.args[3])))(draw(rng)),
+    differentiable=True, package=PACKAGE, invariants=WEIGHT_INVARIANTS,
+    mistakes=(*WEIGHT_MISTAKES, Mistake(*MASKED_AFTER_SOFTMAX, _masked_after_softmax)),
 ))
 
 
@@ -121,8 +175,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Te
 
 
 register(Exercise(
-    "02.attention", "the attention output softmax(QKᵀ/√d_k) V", attention, cases,
+    "02.attention", "the attention output softmax(QKᵀ/√d_k) V", attention, lambda: [*cases(), _ragged_case()],
+    draw=draw, differentiable=True, invariants=(P.no_nan(),),
+    package=(*PACKAGE[1:], "torch.nn.functional.scaled_dot_product_attention"),  # written by hand in this lesson
     mistakes=(
+        Mistake(*MASKED_AFTER_SOFTMAX, lambda q, k, v, mask: _masked_after_softmax(q, k, mask) @ v),
+        Mistake("fully masked rows give NaN", "a query with no allowed key must give a zero output, not NaN: zero "
+                "the weights of such rows", lambda q, k, v, mask: _nan_rows(q, k, mask) @ v),
         Mistake("weights applied to the keys", "the output is the weighted sum of the values: weights @ v, not "
                 "weights @ k", lambda q, k, v, mask: _weights(q, k, mask) @ k),
         Mistake("forgot to divide by sqrt(d_k)", "scale the scores by 1/√d_k before the softmax",
@@ -133,3 +192,11 @@ register(Exercise(
                 lambda q, k, v, mask: v.mean(-2, keepdim=True).expand(*q.shape[:-1], v.shape[-1])),
     ),
 ))
+
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+register_prediction(Prediction(
+    "02.variance_factor", "by what factor does Var(q·k) grow when d_k doubles?", "PREDICT_VARIANCE_FACTOR", "number",
+    tolerance=0.1,
+    wrong=(("the standard deviation's factor sqrt(2)", math.sqrt(2)), ("squared: 4", 4.0), ("no growth", 1.0)),
+    expected=lambda params: 2.0))  # Var(Σ_{i≤d_k} q_i k_i) = d_k for independent unit-variance entries

@@ -3,10 +3,21 @@ checked against :func:`workbench.model.positional.sinusoidal_table` and :func:`~
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import (
+    Case,
+    Exercise,
+    Mistake,
+    Prediction,
+    register,
+    register_prediction,
+    variants,
+)
 from workbench.model.positional import distance_matrix, sinusoidal_table
 
 
@@ -42,7 +53,10 @@ def _table_cases() -> list[Case]:
 
 register(Exercise(
     "04.sinusoidal_table", "the sinusoidal table PE[p, 2i] = sin(p/10000^(2i/d)), PE[p, 2i+1] = cos(...)",
-    sinusoidal_table, _table_cases,
+    sinusoidal_table, _table_cases, atol=1e-5,
+    draw=lambda rng: (lambda T, D: Case(f"{T} positions, d_model {D}", (T, D)))(rng.randint(1, 64), rng.randint(1, 40)),
+    package=("workbench.model.positional.SinusoidalPositionalEncoding.forward",
+             "workbench.model.positional.rotation_matrix"),
     mistakes=variants(
         _table,
         ("sin and cos swapped", "even columns (2i) hold the sines, odd columns (2i+1) the cosines", {"swap": True}),
@@ -64,9 +78,16 @@ def _dist_cases() -> list[Case]:
             Case("random 8 x 5", (torch.randn(8, 5, generator=g),))]
 
 
+def _dist_draw(rng) -> Case:
+    T, D, dt = rng.randint(1, 12), rng.randint(1, 8), P.dtype(rng)
+    return Case(f"random {T} x {D}, {dt}", (P.randn(rng, T, D, dtype=dt, scale=2.0),))
+
+
+# not differentiable as a check: the distance of a row to itself is sqrt(0), whose gradient is undefined
 register(Exercise(
     "04.distance_matrix", "the Euclidean distance between every pair of position vectors", distance_matrix,
-    _dist_cases, atol=1e-4,
+    _dist_cases, atol=1e-4, draw=_dist_draw,
+    package=("workbench.model.positional.cosine_matrix",),
     mistakes=(
         Mistake("squared distances", "take the square root of the summed squared differences",
                 lambda t: ((t[:, None, :] - t[None, :, :]) ** 2).sum(-1)),
@@ -77,3 +98,13 @@ register(Exercise(
         Mistake("distances between dimensions", "compare rows (positions), not columns: the result is (T, T)",
                 lambda t: ((t.T[:, None, :] - t.T[None, :, :]) ** 2).sum(-1).sqrt()),
     )))
+
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+D_MODEL = 512  # notebook 04's default D_MODEL (a test compares it with the notebook's parameters cell)
+
+register_prediction(Prediction(
+    "04.row_norm", "what is the norm of one row of the D_MODEL-wide sinusoidal table?", "PREDICT_ROW_NORM", "number",
+    tolerance=0.02,
+    wrong=(("the squared norm D_MODEL/2", D_MODEL / 2), ("unit rows", 1.0), ("sqrt(D_MODEL)", math.sqrt(D_MODEL))),
+    expected=lambda params: math.sqrt(params.get("D_MODEL", D_MODEL) / 2)))  # D/2 (sin, cos) pairs of length 1

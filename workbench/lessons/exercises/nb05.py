@@ -12,7 +12,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import (
+    Case,
+    Exercise,
+    Invariant,
+    Mistake,
+    Prediction,
+    register,
+    register_prediction,
+    variants,
+)
 from workbench.model.attention import scaled_dot_product_attention
 from workbench.model.masks import causal_mask, padding_mask
 
@@ -25,8 +35,17 @@ def _pad_cases() -> list[Case]:
             Case("length 1", (torch.tensor([[4], [0]]), 0))]
 
 
+def _pad_draw(rng) -> Case:
+    B, T, pad = rng.randint(1, 5), rng.randint(1, 8), rng.randint(0, 3)
+    lens = P.lengths(rng, B, T)
+    tokens = torch.tensor([[rng.choice([t for t in range(4, 40) if t != pad]) for _ in range(T)] for _ in range(B)])
+    tokens = tokens.masked_fill(~P.key_mask(lens, T), pad)
+    return Case(f"batch {B}, lengths {lens}, pad id {pad}", (tokens, pad))
+
+
 register(Exercise(
-    "05.padding_mask", "the key-padding mask: True at real tokens", padding_mask, _pad_cases,
+    "05.padding_mask", "the key-padding mask: True at real tokens", padding_mask, _pad_cases, draw=_pad_draw,
+    package=("workbench.model.masks.attention_mask",), invariants=(P.boolean(),),
     mistakes=(
         Mistake("mask convention inverted", "True means 'may attend' (a real token): tokens != pad_id",
                 lambda tokens, pad_id: tokens == pad_id),
@@ -42,6 +61,8 @@ register(Exercise(
 register(Exercise(
     "05.causal_mask", "the causal mask: query i may attend to keys j <= i", causal_mask,
     lambda: [Case("T = 5", (5,)), Case("T = 1", (1,)), Case("T = 8", (8,))],
+    draw=lambda rng: (lambda T: Case(f"T = {T}", (T,)))(rng.randint(1, 16)),
+    package=("workbench.model.masks.attention_mask",), invariants=(P.boolean(),),
     mistakes=(
         Mistake("future allowed, past blocked", "the upper triangle is the future: keep the lower triangle "
                 "(torch.tril), j <= i", lambda T: torch.ones(T, T, dtype=torch.bool).triu()),
@@ -85,6 +106,21 @@ def run_step_by_step(step, x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> 
     return torch.cat([step(x[:, t:t + 1], cache, W_q, W_k, W_v) for t in range(x.shape[1])], dim=1)
 
 
+CACHE_K, CACHE_V = "cache.k after each step", "cache.v after each step"
+
+
+def run_and_watch_cache(step, x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> dict[str, object]:
+    """As :func:`run_step_by_step`, and what the cache holds after every call (it must hold the keys x[:, :t+1] W_k
+    and the values x[:, :t+1] W_v of every position so far, in order), for the check."""
+    cache = KVStore()
+    outs, ks, vs = [], [], []
+    for t in range(x.shape[1]):
+        outs.append(step(x[:, t:t + 1], cache, W_q, W_k, W_v))
+        ks.append(cache.k.clone() if isinstance(cache.k, Tensor) else cache.k)
+        vs.append(cache.v.clone() if isinstance(cache.v, Tensor) else cache.v)
+    return {"output": torch.cat(outs, dim=1), CACHE_K: ks, CACHE_V: vs}
+
+
 def full_causal_attention(x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> Tensor:
     """The same attention in one pass with the causal mask (what training computes). Shapes: (B, T, D) -> (B, T, D)."""
     out, _ = scaled_dot_product_attention((x @ W_q)[:, None], (x @ W_k)[:, None], (x @ W_v)[:, None], is_causal=True)
@@ -116,12 +152,30 @@ def _unscaled(x_new, cache, W_q, W_k, W_v):
     return torch.softmax((x_new @ W_q) @ cache.k.transpose(1, 2), -1) @ cache.v
 
 
+def _cache_draw(rng) -> Case:
+    B, T, D, dt = rng.randint(1, 3), rng.randint(1, 6), rng.randint(1, 8), P.dtype(rng)
+    return Case(f"batch {B}, {T} steps, D={D}, {dt}", _cache_case(B, T, D, rng.randrange(10**6), dt))
+
+
+def _reprojects(x_new, cache, W_q, W_k, W_v):
+    """Stores the raw inputs in the cache and projects the whole history again at every step (same outputs)."""
+    cache.k = x_new if cache.k is None else torch.cat([cache.k, x_new], dim=1)
+    cache.v = cache.k
+    k, v = cache.k @ W_k, cache.k @ W_v
+    return torch.softmax((x_new @ W_q) @ k.transpose(1, 2) / math.sqrt(x_new.shape[-1]), -1) @ v
+
+
 register(Exercise(
     "05.attend_with_cache", "one decoding step of self-attention with a key/value cache", attend_with_cache,
     lambda: [Case("batch 2, 6 steps, D=8", _cache_case(2, 6, 8, 0)), Case("batch 1, 1 step", _cache_case(1, 1, 4, 1)),
              Case("float64, 4 steps", _cache_case(2, 4, 6, 2, torch.float64))],
-    driver=run_step_by_step,
+    driver=run_and_watch_cache, draw=_cache_draw, differentiable=True, fills=(CACHE_K, CACHE_V),
+    package=("workbench.model.attention.scaled_dot_product_attention", "workbench.model.attention.KVCache.append",
+             "torch.nn.functional.scaled_dot_product_attention"),
     mistakes=(
+        Mistake("cache holds the inputs, not keys and values", "store the projected keys x_new @ W_k and values "
+                "x_new @ W_v: a cache that keeps the raw inputs projects the whole history again at every step, "
+                "which is the work the cache exists to save", _reprojects),
         Mistake("attends only to the new token", "append the new key and value to the cache and attend over all "
                 "of it: the new position sees every earlier one", _only_new),
         Mistake("keys and values misaligned", "append the new key at the end (torch.cat([cache.k, k_new], 1)), in "
@@ -148,7 +202,25 @@ class BigramModel:
         self.table = table
 
     def __call__(self, prefix: list[int]) -> Tensor:
-        return self.table[prefix[-1]]
+        return self.table[int(prefix[-1])]
+
+
+class PrefixModel:
+    """A toy decoder whose next token depends on the whole prefix (a hash of every token so far seeds its logits),
+    so a loop that feeds the model only the last token, or drops bos, goes another way. After ``eos_after`` tokens
+    (bos not counted) eos becomes the most probable token."""
+
+    def __init__(self, V: int, seed: int, eos_id: int, eos_after: int) -> None:
+        self.V, self.seed, self.eos_id, self.eos_after = V, seed, eos_id, eos_after
+
+    def __call__(self, prefix: list[int]) -> Tensor:
+        tokens = [int(t) for t in prefix]
+        h = self.seed
+        for t in tokens:
+            h = (h * 1_000_003 + t + 1) % 2_147_483_647
+        logits = torch.randn(self.V, generator=torch.Generator().manual_seed(h)) * 3
+        logits[self.eos_id] = 20.0 if len(tokens) - 1 >= self.eos_after else -20.0
+        return logits
 
 
 def _bigram(V: int, chain: list[int], seed: int) -> BigramModel:
@@ -164,7 +236,27 @@ def _loop_cases() -> list[Case]:
     return [Case("eos after 4 tokens", (_bigram(12, [2, 5, 7, 4, 3], 0), 2, 3, 20)),
             Case("no eos: budget of 6", (_bigram(12, [2, 5, 6, 5, 6], 1), 2, 3, 6)),
             Case("budget of 1", (_bigram(12, [2, 8, 3], 2), 2, 3, 1)),
-            Case("eos first", (_bigram(9, [2, 3], 3), 2, 3, 5))]
+            Case("eos first", (_bigram(9, [2, 3], 3), 2, 3, 5)),
+            Case("a model that reads the whole prefix", (PrefixModel(30, 7, 3, 6), 2, 3, 12)),
+            Case("a model that reads the whole prefix, bos 1, eos 0", (PrefixModel(25, 8, 0, 4), 1, 0, 9))]
+
+
+def _loop_draw(rng) -> Case:
+    V, bos, eos = rng.randint(6, 40), rng.randint(0, 2), rng.randint(3, 5)
+    eos_after, max_len = rng.randint(0, 10), rng.randint(1, 12)
+    return Case(f"a prefix model, V={V}, eos after {eos_after}, budget {max_len}",
+                (PrefixModel(V, rng.randrange(10**6), eos, eos_after), bos, eos, max_len))
+
+
+def _ends_with_eos(args: tuple, out: object) -> str | None:
+    _, _, eos_id, max_len = args
+    if not isinstance(out, list):
+        return None
+    if not out or out[-1] != eos_id:
+        return f"the output {out[:8]} does not end with eos ({eos_id})"
+    if len(out) > max_len:
+        return f"{len(out)} tokens, more than the budget of {max_len}"
+    return None
 
 
 def _loop(next_logits, bos_id, eos_id, max_len, keep_eos=True, keep_bos=False, stop=True, force=True):
@@ -183,7 +275,9 @@ def _loop(next_logits, bos_id, eos_id, max_len, keep_eos=True, keep_bos=False, s
 
 
 register(Exercise(
-    "05.greedy_loop", "the greedy decoding loop", greedy_loop, _loop_cases,
+    "05.greedy_loop", "the greedy decoding loop", greedy_loop, _loop_cases, draw=_loop_draw,
+    package=("workbench.lessons.exercises.nb05._loop", "workbench.translation.decode.greedy_decode"),
+    invariants=(Invariant("ends with eos within the budget of max_len tokens", _ends_with_eos),),
     mistakes=variants(
         _loop,
         ("eos not included", "append eos before stopping: the output ends with eos", {"keep_eos": False}),
@@ -192,3 +286,10 @@ register(Exercise(
         ("budget end not forced to eos", "when t + 1 reaches max_len, append eos instead of the argmax",
          {"force": False}),
     )))
+
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+register_prediction(Prediction(
+    "05.causal_true", "how many entries of a 10 × 10 causal mask are True?", "PREDICT_CAUSAL_TRUE", "count",
+    wrong=(("the diagonal forgotten", 45), ("every pair", 100), ("half of the pairs", 50), ("the diagonal only", 10)),
+    expected=lambda params: 10 * 11 // 2))

@@ -11,7 +11,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import (
+    Case,
+    Exercise,
+    Mistake,
+    Prediction,
+    register,
+    register_prediction,
+    variants,
+)
 from workbench.model.transformer import FeedForward, sublayer_connection
 
 
@@ -44,9 +53,17 @@ def _ln(x, gamma, beta, eps, dim=-1, unbiased=False, eps_outside=False, affine=T
     return y * gamma + beta if affine else y
 
 
+def _ln_draw(rng) -> Case:
+    B, T, D, dt = rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 12), P.dtype(rng)
+    eps = rng.choice([1e-5, 1e-3, 0.1])
+    return Case(f"B={B}, T={T}, D={D}, eps {eps}, {dt}", _ln_case(B, T, D, rng.randrange(10**6), dt, eps=eps))
+
+
 register(Exercise(
-    "06.layer_norm", "LayerNorm over the features", layer_norm,
-    lambda: [Case("batch 2, 5 positions, D=8", _ln_case(2, 5, 8, 0)),
+    "06.layer_norm", "LayerNorm over the features", layer_norm, draw=_ln_draw, differentiable=True,
+    package=("torch.nn.functional.layer_norm", "torch.layer_norm", "torch.nn.LayerNorm.forward",
+             "torch.nn.functional.group_norm"),
+    cases=lambda: [Case("batch 2, 5 positions, D=8", _ln_case(2, 5, 8, 0)),
              Case("batch 1, length 1", _ln_case(1, 1, 6, 1)),
              Case("a constant row, eps 0.1", _ln_case(2, 3, 4, 2, constant_row=True, eps=0.1)),
              Case("float64", _ln_case(2, 4, 5, 3, torch.float64))],
@@ -109,8 +126,18 @@ def pre_ln(x: Tensor, sublayer, norm) -> Tensor:
     return sublayer_connection(x, sublayer, norm, nn.Identity(), norm_first=True)
 
 
+def _res_draw(rng) -> Case:
+    B, T, D, dt = rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 10), P.dtype(rng)
+    seed = rng.randrange(10**6)
+    return Case(f"B={B}, T={T}, D={D}, {dt}", (torch.randn(B, T, D, generator=_gen(seed), dtype=dt) * 2,
+                                               _Sublayer(D, seed, dt), _norm(D, seed, dt)))
+
+
+RESIDUAL_PACKAGE = ("workbench.model.transformer.sublayer_connection", "workbench.model.transformer.ResidualLayer.forward")
+
 register(Exercise(
     "06.post_ln", "the residual sub-layer, post-LN: LayerNorm(x + Sublayer(x))", post_ln, _res_cases,
+    draw=_res_draw, differentiable=True, package=RESIDUAL_PACKAGE,
     mistakes=(
         Mistake("LayerNorm placed before instead of after (pre-LN)", "the paper normalises the sum: "
                 "norm(x + sublayer(x)); x + sublayer(norm(x)) is the pre-LN variant",
@@ -123,6 +150,7 @@ register(Exercise(
 
 register(Exercise(
     "06.pre_ln", "the residual sub-layer, pre-LN: x + Sublayer(LayerNorm(x))", pre_ln, _res_cases,
+    draw=_res_draw, differentiable=True, package=RESIDUAL_PACKAGE,
     mistakes=(
         Mistake("LayerNorm placed after instead of before (post-LN)", "pre-LN normalises the sub-layer's input: "
                 "x + sublayer(norm(x)); norm(x + sublayer(x)) is the paper's post-LN",
@@ -139,13 +167,9 @@ def feed_forward(x: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> T
 
     Shapes: x (B, T, D), W1 (D, d_ff), b1 (d_ff,), W2 (d_ff, D), b2 (D,) -> (B, T, D)
     """
-    ffn = FeedForward(W1.shape[0], W1.shape[1]).to(x.dtype)
-    with torch.no_grad():
-        ffn.linear1.weight.copy_(W1.T)
-        ffn.linear1.bias.copy_(b1)
-        ffn.linear2.weight.copy_(W2.T)
-        ffn.linear2.bias.copy_(b2)
-    return ffn(x)
+    ffn = FeedForward(W1.shape[0], W1.shape[1]).to(x.dtype).eval()
+    weights = {"linear1.weight": W1.T, "linear1.bias": b1, "linear2.weight": W2.T, "linear2.bias": b2}
+    return torch.func.functional_call(ffn, weights, (x,))  # differentiable in the weights too
 
 
 def _ffn_case(B, T, D, d_ff, seed, dtype=torch.float32):
@@ -155,9 +179,15 @@ def _ffn_case(B, T, D, d_ff, seed, dtype=torch.float32):
             torch.randn(D, generator=g, dtype=dtype))
 
 
+def _ffn_draw(rng) -> Case:
+    B, T, D, d_ff, dt = rng.randint(1, 3), rng.randint(1, 5), rng.randint(1, 8), rng.randint(1, 24), P.dtype(rng)
+    return Case(f"B={B}, T={T}, D={D}, d_ff={d_ff}, {dt}", _ffn_case(B, T, D, d_ff, rng.randrange(10**6), dt))
+
+
 register(Exercise(
     "06.feed_forward", "the position-wise feed-forward network max(0, xW1 + b1)W2 + b2", feed_forward,
-    lambda: [Case("batch 2, D=8, d_ff=32", _ffn_case(2, 5, 8, 32, 0)), Case("batch 1, length 1", _ffn_case(1, 1, 4, 16, 1)),
+    draw=_ffn_draw, differentiable=True, package=("workbench.model.transformer.FeedForward.forward",),
+    cases=lambda: [Case("batch 2, D=8, d_ff=32", _ffn_case(2, 5, 8, 32, 0)), Case("batch 1, length 1", _ffn_case(1, 1, 4, 16, 1)),
              Case("float64", _ffn_case(2, 3, 6, 24, 2, torch.float64))],
     mistakes=(
         Mistake("no ReLU", "apply max(0, ·) between the two linear maps, or the FFN is one linear map",
@@ -186,8 +216,15 @@ def _emb_cases() -> list[Case]:
             Case("float64", (torch.randint(0, 7, (2, 3), generator=g), torch.randn(7, 9, generator=g, dtype=torch.float64)))]
 
 
+def _emb_draw(rng) -> Case:
+    V, D, B, T, dt = rng.randint(2, 20), rng.randint(1, 12), rng.randint(1, 3), rng.randint(1, 6), P.dtype(rng)
+    tokens = torch.randint(0, V, (B, T), generator=P.gen(rng))
+    return Case(f"V={V}, d_model={D}, B={B}, T={T}, {dt}", (tokens, P.randn(rng, V, D, dtype=dt, scale=0.5)))
+
+
 register(Exercise(
     "06.scaled_embedding", "the token embedding times √d_model", scaled_embedding, _emb_cases,
+    draw=_emb_draw, differentiable=True, package=("workbench.model.transformer.Embedding.forward",),
     mistakes=(
         Mistake("not scaled by sqrt(d_model)", "multiply the looked-up rows by √d_model (paper section 3.4)",
                 lambda tokens, table: table[tokens]),
@@ -211,11 +248,33 @@ def _tied_cases() -> list[Case]:
             Case("float64", (torch.randn(2, 3, 5, generator=g, dtype=torch.float64), torch.randn(7, 5, generator=g, dtype=torch.float64)))]
 
 
+def _tied_draw(rng) -> Case:
+    V, D, B, T, dt = rng.randint(2, 20), rng.randint(1, 12), rng.randint(1, 3), rng.randint(1, 6), P.dtype(rng)
+    return Case(f"V={V}, d_model={D}, B={B}, T={T}, {dt}", (P.randn(rng, B, T, D, dtype=dt), P.randn(rng, V, D, dtype=dt)))
+
+
 register(Exercise(
     "06.tied_logits", "the output projection tied to the embedding: logits = h Eᵀ", tied_logits, _tied_cases,
+    draw=_tied_draw, differentiable=True,
     mistakes=(
         Mistake("scaled by sqrt(d_model) like the input", "only the input embedding is multiplied by √d_model; the "
                 "output projection is h Eᵀ", lambda h, table: h @ table.T * math.sqrt(table.shape[-1])),
         Mistake("softmax applied (probabilities, not logits)", "return the raw scores: the loss (cross-entropy) takes "
                 "logits and applies the softmax itself", lambda h, table: torch.softmax(h @ table.T, -1)),
     )))
+
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+def _ffn_share(d_model: int = 512, d_ff: int = 2048) -> float:
+    """The feed-forward network's share of one encoder layer's parameters (attention with biases, two LayerNorms)."""
+    ffn = 2 * d_model * d_ff + d_ff + d_model
+    attention = 4 * d_model * d_model + 4 * d_model
+    return ffn / (ffn + attention + 2 * 2 * d_model)
+
+
+register_prediction(Prediction(
+    "06.ffn_share", "what fraction of one base encoder layer's parameters sits in the feed-forward network?",
+    "PREDICT_FFN_SHARE", "number", tolerance=0.05,
+    wrong=(("one half (as if d_ff = d_model)", 0.5), ("attention's share, one third", 1 / 3),
+           ("four fifths (one d × d attention matrix)", 0.8)),
+    expected=lambda params: _ffn_share()))

@@ -12,7 +12,16 @@ import math
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import (
+    Case,
+    Exercise,
+    Mistake,
+    Prediction,
+    register,
+    register_prediction,
+    variants,
+)
 from workbench.translation.decode import length_penalty
 from workbench.translation.objective import label_smoothed_loss as package_loss
 from workbench.translation.objective import rate
@@ -39,8 +48,15 @@ def _rate_from_zero(step, d_model, warmup):
     return d_model ** -0.5 * min(s ** -0.5 if s > 0 else math.inf, s * warmup ** -1.5)
 
 
+def _rate_draw(rng) -> Case:
+    d_model, warmup = rng.choice([16, 64, 128, 256, 512, 1024]), rng.randint(1, 8000)
+    steps = sorted({1, warmup, warmup + 1, *(rng.randint(1, 3 * warmup + 10) for _ in range(6))})
+    return Case(f"d_model {d_model}, warm-up {warmup}", (steps, d_model, warmup))
+
+
 register(Exercise(
     "07.rate", "the learning-rate schedule (paper eq. 3)", rate, _rate_cases, driver=schedule, atol=1e-12, rtol=1e-6,
+    name="rate_by_hand", draw=_rate_draw, package=("workbench.translation.objective.rate",),
     mistakes=(
         Mistake("warm-up off by one", "steps are counted from 1: the first update uses step = 1 (a rate of 0 at the "
                 "first step means the counter was read before it moved)", _rate_from_zero),
@@ -68,8 +84,16 @@ def _shift_cases() -> list[Case]:
             Case("empty sentence", (torch.tensor([[2, 3], [2, 3]]),))]
 
 
+def _shift_draw(rng) -> Case:
+    B, T = rng.randint(1, 4), rng.randint(2, 9)
+    lens = P.lengths(rng, B, T, minimum=2)
+    rows = [[2] + [rng.randint(4, 30) for _ in range(n - 2)] + [3] + [0] * (T - n) for n in lens]
+    return Case(f"batch {B}, lengths {lens}", (torch.tensor(rows),))
+
+
 register(Exercise(
     "07.shift_target", "the decoder input and the target, shifted by one", shift_target, _shift_cases,
+    draw=_shift_draw, package=("workbench.translation.batching.make_batch",),
     mistakes=(
         Mistake("target not shifted", "the target at position t is the token after the input's: tgt_out = tgt[:, 1:]",
                 lambda tgt: (tgt[:, :-1], tgt[:, :-1])),
@@ -113,9 +137,19 @@ def _smoothed(logits, targets, pad_id, eps, ignore=True, reduction="sum", others
     return loss.sum() if reduction == "sum" else loss.mean()
 
 
+def _loss_draw(rng) -> Case:
+    B, T, V, pad = rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 12), rng.randint(0, 1)
+    lens = P.lengths(rng, B, T)
+    targets = torch.randint(0, V, (B, T), generator=P.gen(rng))
+    targets = torch.where(targets == pad, (pad + 1) % V, targets).masked_fill(~P.key_mask(lens, T), pad)
+    eps = rng.choice([0.0, 0.1, 0.2, 0.3])
+    return Case(f"B={B}, T={T}, V={V}, pad id {pad}, eps {eps}", (P.randn(rng, B, T, V, scale=2.0), targets, pad, eps))
+
+
 register(Exercise(
     "07.label_smoothed_loss", "the label-smoothed cross-entropy, summed over real tokens", label_smoothed_loss,
-    _loss_cases, atol=1e-4,
+    _loss_cases, atol=1e-4, name="smoothed_loss", draw=_loss_draw, differentiable=True,
+    package=("workbench.translation.objective.label_smoothed_loss", "workbench.translation.objective.step_loss"),
     mistakes=variants(
         _smoothed,
         ("padding not ignored", "leave out the positions whose target is pad_id (ignore_index=pad_id)",
@@ -150,8 +184,17 @@ def _avg_cases() -> list[Case]:
     return [Case("3 checkpoints", (sds(3),)), Case("1 checkpoint", (sds(1),)), Case("5 checkpoints, float64", (sds(5, torch.float64),))]
 
 
+def _avg_draw(rng) -> Case:
+    n, dt = rng.randint(1, 6), P.dtype(rng)
+    shapes = {"w": (rng.randint(1, 4), rng.randint(1, 4)), "b": (rng.randint(1, 5),)}
+    return Case(f"{n} checkpoints, {dt}", ([{k: P.randn(rng, *s, dtype=dt) for k, s in shapes.items()}
+                                             for _ in range(n)],))
+
+
 register(Exercise(
     "07.average_checkpoints", "the element-wise mean of several checkpoints", average_checkpoints, _avg_cases,
+    name="average_weights", draw=_avg_draw, differentiable=True,
+    package=("workbench.translation.checkpoint.average_checkpoints", "workbench.translation.checkpoint._average"),
     mistakes=(
         Mistake("summed, not averaged", "divide the sum by the number of checkpoints",
                 lambda sds: {k: sum(sd[k] for sd in sds) for k in sds[-1]}),
@@ -168,8 +211,15 @@ def _lp_cases() -> list[Case]:
             Case("alpha 1.4, length 1", (torch.tensor([1]), 1.4))]
 
 
+def _lp_draw(rng) -> Case:
+    n = torch.tensor(sorted(rng.randint(1, 60) for _ in range(rng.randint(1, 6))))
+    alpha = rng.choice([0.0, 0.2, 0.6, 1.0, 1.5])
+    return Case(f"lengths {n.tolist()}, alpha {alpha}", (n, alpha))
+
+
 register(Exercise(
     "07.length_penalty", "the GNMT length penalty ((5 + |Y|)/6)^alpha", length_penalty, _lp_cases,
+    name="gnmt_length_penalty", draw=_lp_draw,
     mistakes=(
         Mistake("alpha multiplies instead of raising", "raise to the power alpha: ((5 + |Y|) / 6) ** alpha",
                 lambda n, a: (5.0 + n.float()) / 6.0 * a),
@@ -225,8 +275,16 @@ def _beam_multiplied(scores, logp):
     return top, idx // V, idx % V
 
 
+def _beam_draw(rng) -> Case:
+    B, K, V = rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 12)
+    return Case(f"batch {B}, beam {K}, V={V}", _beam_case(B, K, max(V, K), rng.randrange(10**6),
+                                                           first=rng.random() < 0.3))
+
+
 register(Exercise(
-    "07.beam_step", "one beam-search step: the K best extensions of K beams", beam_step,
+    "07.beam_step", "one beam-search step: the K best extensions of K beams", beam_step, draw=_beam_draw,
+    differentiable=True, package=("workbench.translation.decode.beam_search",),
+    cases=
     lambda: [Case("batch 2, beam 4, V=11", _beam_case(2, 4, 11, 0)), Case("first step (one live beam)", _beam_case(2, 3, 7, 1, first=True)),
              Case("beam 1 (greedy), batch 1", _beam_case(1, 1, 6, 2)), Case("batch 3, beam 5, V=5", _beam_case(3, 5, 5, 3))],
     mistakes=(
@@ -240,3 +298,11 @@ register(Exercise(
                 _beam_multiplied),
     )))
 
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+PAPER_WARMUP = 4000  # notebook 07's default PAPER_WARMUP (a test compares it with the notebook's parameters cell)
+
+register_prediction(Prediction(
+    "07.peak_step", "at which step is the paper's learning rate largest?", "PREDICT_PEAK_STEP", "count",
+    wrong=(("one step late", PAPER_WARMUP + 1), ("the first step", 1), ("half-way through the warm-up", PAPER_WARMUP // 2)),
+    expected=lambda params: int(params.get("PAPER_WARMUP", PAPER_WARMUP))))

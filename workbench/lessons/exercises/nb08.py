@@ -10,7 +10,14 @@ from collections import Counter
 
 from sacrebleu.metrics.helpers import extract_word_ngrams
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.core import (
+    Case,
+    Exercise,
+    Mistake,
+    Prediction,
+    register,
+    register_prediction,
+)
 
 
 def ngram_matches(hyp: list[str], ref: list[str], n: int) -> tuple[int, int]:
@@ -36,9 +43,22 @@ PAIRS = [("the the the the the the the", "the cat is on the mat"),
          ("hello", "hello world")]
 
 
-def over_pairs(fn, n_max: int) -> list[list[tuple[int, int]]]:
-    """``fn(hyp, ref, n)`` for every pair of :data:`PAIRS` and every n from 1 to ``n_max``."""
-    return [[tuple(int(x) for x in fn(h.split(), r.split(), n)) for n in range(1, n_max + 1)] for h, r in PAIRS]
+def over_pairs(fn, pairs: list[tuple[str, str]], n_max: int) -> list[list[tuple[int, int]]]:
+    """``fn(hyp, ref, n)`` for every (hypothesis, reference) of ``pairs`` and every n from 1 to ``n_max``."""
+    return [[tuple(int(x) for x in fn(h.split(), r.split(), n)) for n in range(1, n_max + 1)] for h, r in pairs]
+
+
+WORDS = "a the man dog dogs runs run on in snow grass red ball . ,".split()
+
+
+def _ngram_draw(rng) -> Case:
+    """Sentence pairs over a small vocabulary (so n-grams repeat and match), lengths from 0 to 12."""
+    pairs = []
+    for _ in range(rng.randint(1, 4)):
+        ref = [rng.choice(WORDS) for _ in range(rng.randint(1, 12))]
+        hyp = [rng.choice(ref + WORDS[:4]) for _ in range(rng.randint(0, 12))]
+        pairs.append((" ".join(hyp), " ".join(ref)))
+    return Case(f"{len(pairs)} random sentence pairs", (pairs, rng.randint(1, 5)))
 
 
 def _unclipped(hyp, ref, n):
@@ -62,7 +82,10 @@ def _unigrams(hyp, ref, n):
 
 register(Exercise(
     "08.ngram_matches", "clipped n-gram matches of one sentence", ngram_matches,
-    lambda: [Case("n = 1..4 on four sentence pairs", (4,))], driver=over_pairs,
+    lambda: [Case("n = 1..4 on four sentence pairs", (PAIRS, 4)),
+             Case("repeated words, n = 1..3", ([("the the cat the", "the cat the cat"), ("a a a", "a")], 3))],
+    driver=over_pairs, draw=_ngram_draw,
+    package=("sacrebleu.metrics.helpers.extract_word_ngrams", "sacrebleu.metrics.helpers.extract_all_word_ngrams"),
     mistakes=(
         Mistake("counts not clipped", "a hypothesis n-gram counts at most as often as it occurs in the reference: "
                 "min(count in hyp, count in ref)", _unclipped),
@@ -85,6 +108,7 @@ register(Exercise(
     lambda: [Case("short, equal and long outputs", ([(9, 10), (10, 10), (12, 10), (3, 10), (1, 2)],)),
              Case("an empty output", ([(0, 5)],))],
     driver=lengths, atol=1e-9, rtol=1e-9,
+    draw=lambda rng: Case("random lengths", ([(rng.randint(0, 40), rng.randint(1, 40)) for _ in range(6)],)),
     mistakes=(
         Mistake("ratio inverted", "BP = exp(1 - r / c) with c the hypothesis length: short outputs get BP < 1",
                 lambda c, r: 1.0 if c >= r else math.exp(1 - c / r)),
@@ -93,3 +117,10 @@ register(Exercise(
         Mistake("ratio without the exponential", "BP = exp(1 - r / c), not c / r",
                 lambda c, r: 1.0 if c >= r else c / r),
     )))
+
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+register_prediction(Prediction(
+    "08.better_decoder", "which decoder gets the higher sacreBLEU, greedy or beam 4?", "PREDICT_BETTER_DECODER",
+    "choice", choices=("greedy", "beam 4"),
+    expected=None))  # only the lesson's own training run can tell

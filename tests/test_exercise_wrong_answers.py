@@ -1,0 +1,608 @@
+"""Recognition, not only distinctness: for every exercise, wrong answers written apart from its catalogue of planted
+mistakes, as students write them, must fail the check (and the master's solution must pass: test_exercises.py).
+
+They cover the classes of mistakes that value checks on toy inputs miss: a function that changes the caller's
+tensors in place, a result cut from the autograd graph, an answer right only for the shapes, batch sizes, dtypes or
+masks of the fixed cases (the drawn cases and ragged batches catch them), a loop that feeds the model only the last
+token, a cache that stores the wrong thing, and a function that calls the package's own answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import workbench as wb
+from workbench.lessons import exercises as ex
+
+
+# -- 01 -------------------------------------------------------------------------------------------------------------
+def dot_score_in_place(s, H):
+    H.mul_(2.0)  # "scale, then halve": the caller's states are doubled
+    return (H * s[:, None, :]).sum(-1) / 2
+
+
+def dot_score_cut(s, H):
+    return torch.tensor((H * s[:, None, :]).sum(-1).tolist(), dtype=H.dtype)
+
+
+def dot_score_first_row(s, H):
+    return H @ s[0]  # the first sentence's decoder state for the whole batch
+
+
+def dot_score_float32(s, H):
+    return (H.float() * s.float()[:, None, :]).sum(-1)
+
+
+def dist_in_place(e, mask):
+    e.masked_fill_(~mask, float("-inf"))
+    return torch.softmax(e, -1)
+
+
+def dist_first_mask_row(e, mask):
+    return torch.softmax(e.masked_fill(~mask[0], float("-inf")), -1)
+
+
+def dist_detached(e, mask):
+    return torch.softmax(e.detach().masked_fill(~mask, float("-inf")), -1)
+
+
+def dist_log(e, mask):
+    return torch.log_softmax(e.masked_fill(~mask, float("-inf")), -1).exp().clamp(max=0.999)
+
+
+def ctx_in_place(alpha, H):
+    H.mul_(alpha[:, :, None])
+    return H.sum(1)
+
+
+def ctx_detached(alpha, H):
+    return (alpha[:, :, None] * H.detach()).sum(1)
+
+
+def ctx_first_weights(alpha, H):
+    return (alpha[0][None, :, None] * H).sum(1)
+
+
+# -- 02 -------------------------------------------------------------------------------------------------------------
+def weights_uniform_empty_rows(q, k, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)  # a row with no key becomes uniform, not zero
+    return torch.softmax(scores, -1)
+
+
+def weights_4d_masks_only(q, k, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None and mask.dim() == 4:  # the causal (T, T) mask is silently ignored
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, -1)
+    return w.nan_to_num(0.0)
+
+
+def weights_scaled_by_keys(q, k, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-2])  # the number of keys, not their width
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, -1).nan_to_num(0.0)
+
+
+def weights_in_place(q, k, mask=None):
+    q /= math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, -1).nan_to_num(0.0)
+
+
+def weights_calls_package(q, k, mask=None):
+    return wb.attention_weights(q, k, mask)
+
+
+def attention_torch_kernel(q, k, v, mask=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # torch's kernel: the lesson writes it by hand
+
+
+def attention_additive_float_mask(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask.float()  # a 0/1 mask added to the scores blocks nothing
+    return torch.softmax(scores, -1) @ v
+
+
+def attention_detached_values(q, k, v, mask=None):
+    return weights_4d_masks_only(q, k, mask) @ v.detach() if mask is None else \
+        _good_weights(q, k, mask) @ v.detach()
+
+
+def _good_weights(q, k, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, -1).nan_to_num(0.0)
+
+
+def attention_calls_package(q, k, v, mask=None):
+    return wb.scaled_dot_product_attention(q, k, v, mask=mask)[0]
+
+
+# -- 03 -------------------------------------------------------------------------------------------------------------
+def split_chunks_positions(x, n_heads):
+    return torch.stack(x.chunk(n_heads, dim=1), dim=1)  # cuts the positions, not the features
+
+
+def split_fixed_width(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, T, -1, 4).transpose(1, 2)  # d_head taken as 4
+
+
+def split_in_place(x, n_heads):
+    B, T, D = x.shape
+    y = x.clone()
+    x.unsqueeze_(1)  # the caller's tensor changes shape
+    return y.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+
+
+def split_calls_package(x, n_heads):
+    return wb.MultiHeadAttention(x.shape[-1], n_heads)._split(x)
+
+
+def merge_along_positions(z):
+    return torch.cat([z[:, h] for h in range(z.shape[1])], dim=1)
+
+
+def merge_float32(z):
+    return z.transpose(1, 2).flatten(2).float()
+
+
+def merge_detached(z):
+    return z.transpose(1, 2).reshape(z.shape[0], z.shape[2], -1).detach()
+
+
+def _heads(t, n_heads):
+    B, T, D = t.shape
+    return t.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+
+
+def mha_2d_masks_only(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    q, k, v = (_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None and mask.dim() == 2:  # a (B, 1, 1, T) padding mask is ignored
+        scores = scores.masked_fill(~mask, float("-inf"))
+    z = torch.softmax(scores, -1) @ v
+    return z.transpose(1, 2).reshape(x.shape) @ W_o
+
+
+def mha_queries_as_keys(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    q, k, v = (_heads(x @ W, n_heads) for W in (W_q, W_q, W_v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(x.shape) @ W_o
+
+
+def mha_torch(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    B, T, D = x.shape
+    out, _ = F.multi_head_attention_forward(
+        x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), D, n_heads, torch.cat([W_q, W_k, W_v], 1).T, None,
+        None, None, False, 0.0, W_o.T, None, training=False,
+        key_padding_mask=None if mask is None else ~mask[:, 0, 0], need_weights=False)
+    return out.transpose(0, 1)
+
+
+def mha_detached_output_projection(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    q, k, v = (_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(x.shape) @ W_o.detach()
+
+
+# -- 04 -------------------------------------------------------------------------------------------------------------
+def table_float64(max_len, d_model):
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angle = p / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
+    return pe  # never converted to float32
+
+
+def table_even_widths_only(max_len, d_model):
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angle = p / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)  # fails for an odd d_model
+    return pe.float()
+
+
+def table_base_1000(max_len, d_model):
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angle = p / 1000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
+    return pe.float()
+
+
+def table_from_the_package_module(max_len, d_model):
+    return wb.model.positional.SinusoidalPositionalEncoding(d_model, max_len=max_len).pe[:max_len].float()
+
+
+def distance_centres_in_place(table):
+    table -= table.mean(0)  # distances do not change, but the caller's table does
+    return ((table[:, None] - table[None]) ** 2).sum(-1).sqrt()
+
+
+def distance_float32(table):
+    t = table.float()
+    return ((t[:, None] - t[None]) ** 2).sum(-1).sqrt()
+
+
+def distance_root_of_l1(table):
+    return (table[:, None] - table[None]).abs().sum(-1).sqrt()
+
+
+# -- 05 -------------------------------------------------------------------------------------------------------------
+def padding_greater_than(tokens, pad_id):
+    return tokens > pad_id
+
+
+def padding_uint8(tokens, pad_id):
+    return (tokens != pad_id).to(torch.uint8)
+
+
+def padding_in_place(tokens, pad_id):
+    tokens[tokens == pad_id] = -1
+    return tokens != -1
+
+
+def causal_transposed(T):
+    return torch.ones(T, T).tril().bool().T
+
+
+def causal_fixed_size(T):
+    return torch.ones(8, 8, dtype=torch.bool).tril()[:T, :T]
+
+
+def causal_strict(T):
+    return torch.arange(T)[:, None] > torch.arange(T)[None, :]
+
+
+def cache_keys_transposed(x_new, cache, W_q, W_k, W_v):
+    k_new, v_new = (x_new @ W_k).transpose(1, 2), x_new @ W_v  # keys stored as (B, D, t)
+    cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], dim=2)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], dim=1)
+    return torch.softmax((x_new @ W_q) @ cache.k / math.sqrt(x_new.shape[-1]), -1) @ cache.v
+
+
+def cache_values_are_keys(x_new, cache, W_q, W_k, W_v):
+    k_new = x_new @ W_k
+    cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], dim=1)
+    cache.v = cache.k
+    return torch.softmax((x_new @ W_q) @ cache.k.transpose(1, 2) / math.sqrt(x_new.shape[-1]), -1) @ cache.v
+
+
+def cache_detached_history(x_new, cache, W_q, W_k, W_v):
+    k_new, v_new = x_new @ W_k, x_new @ W_v
+    cache.k = k_new if cache.k is None else torch.cat([cache.k.detach(), k_new], dim=1)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v.detach(), v_new], dim=1)
+    return torch.softmax((x_new @ W_q) @ cache.k.transpose(1, 2) / math.sqrt(x_new.shape[-1]), -1) @ cache.v
+
+
+def cache_torch_sdpa(x_new, cache, W_q, W_k, W_v):
+    k_new, v_new = x_new @ W_k, x_new @ W_v
+    cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], dim=1)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], dim=1)
+    return F.scaled_dot_product_attention(x_new @ W_q, cache.k, cache.v)
+
+
+def greedy_last_token_only(next_logits, bos_id, eos_id, max_len):
+    out, last = [], bos_id
+    for t in range(max_len):
+        last = eos_id if t + 1 >= max_len else int(next_logits([last]).argmax())
+        out.append(last)
+        if last == eos_id:
+            break
+    return out
+
+
+def greedy_without_bos(next_logits, bos_id, eos_id, max_len):
+    out: list[int] = []
+    for t in range(max_len):
+        nxt = eos_id if t + 1 >= max_len else int(next_logits(out or [bos_id]).argmax())
+        out.append(nxt)
+        if nxt == eos_id:
+            break
+    return out
+
+
+def greedy_budget_counts_bos(next_logits, bos_id, eos_id, max_len):
+    prefix = [bos_id]
+    while len(prefix) < max_len:
+        nxt = int(next_logits(prefix).argmax())
+        if len(prefix) + 1 >= max_len:
+            nxt = eos_id
+        prefix.append(nxt)
+        if nxt == eos_id:
+            break
+    return prefix[1:]
+
+
+# -- 06 -------------------------------------------------------------------------------------------------------------
+def ln_centres_in_place(x, gamma, beta, eps=1e-5):
+    x -= x.mean(-1, keepdim=True)
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gamma + beta
+
+
+def ln_torch(x, gamma, beta, eps=1e-5):
+    return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+
+
+def ln_no_eps(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / (x - mean).pow(2).mean(-1, keepdim=True).sqrt() * gamma + beta
+
+
+def ln_detached_mean(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdim=True).detach()
+    return (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + eps) * gamma + beta
+
+
+def post_ln_normalised_input(x, sublayer, norm):
+    return norm(x + sublayer(norm(x)))
+
+
+def post_ln_detached_sublayer(x, sublayer, norm):
+    return norm(x + sublayer(x).detach())
+
+
+def post_ln_plain_layer_norm(x, sublayer, norm):
+    return F.layer_norm(x + sublayer(x), x.shape[-1:])  # the norm's learned gain and bias ignored
+
+
+def pre_ln_norm_after_sublayer(x, sublayer, norm):
+    return x + norm(sublayer(x))
+
+
+def pre_ln_in_place(x, sublayer, norm):
+    x += sublayer(norm(x))
+    return x
+
+
+def pre_ln_float32(x, sublayer, norm):
+    return (x + sublayer(norm(x))).float()
+
+
+def ffn_gelu(x, W1, b1, W2, b2):
+    return F.gelu(x @ W1 + b1) @ W2 + b2
+
+
+def ffn_relu_on_input(x, W1, b1, W2, b2):
+    x.relu_()
+    return torch.relu(x @ W1 + b1) @ W2 + b2
+
+
+def ffn_transposed(x, W1, b1, W2, b2):
+    return torch.relu(x @ W1.T + b1) @ W2.T + b2
+
+
+def ffn_package(x, W1, b1, W2, b2):
+    ffn = wb.model.transformer.FeedForward(W1.shape[0], W1.shape[1]).to(x.dtype)
+    with torch.no_grad():
+        ffn.linear1.weight.copy_(W1.T), ffn.linear1.bias.copy_(b1), ffn.linear2.weight.copy_(W2.T)
+        ffn.linear2.bias.copy_(b2)
+    return ffn(x)
+
+
+def emb_scaled_by_vocabulary(tokens, table):
+    return table[tokens] * math.sqrt(table.shape[0])
+
+
+def emb_detached(tokens, table):
+    return table.detach()[tokens] * math.sqrt(table.shape[-1])
+
+
+def emb_one_hot(tokens, table):
+    return F.one_hot(tokens, table.shape[0]).float() @ table * math.sqrt(table.shape[-1])
+
+
+def tied_not_transposed(h, table):
+    return h @ table
+
+
+def tied_log_probabilities(h, table):
+    return torch.log_softmax(h @ table.T, -1)
+
+
+def tied_detached(h, table):
+    return (h @ table.T).detach()
+
+
+# -- 07 -------------------------------------------------------------------------------------------------------------
+def rate_warmup_power_positive(step, d_model, warmup):
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** 1.5)
+
+
+def rate_linear_warmup(step, d_model, warmup):
+    return d_model ** -0.5 * min(step ** -0.5, step / warmup)
+
+
+def rate_package(step, d_model, warmup):
+    return wb.translation.objective.rate(step, d_model, warmup)
+
+
+def shift_eos_dropped_from_target(tgt):
+    return tgt[:, :-1], tgt[:, 1:].masked_fill(tgt[:, 1:] == 3, 0)
+
+
+def shift_eos_blanked_in_place(tgt):
+    tgt_in = tgt[:, :-1]
+    tgt_in[tgt_in == 3] = 0  # a view of the caller's tensor
+    return tgt_in, tgt[:, 1:]
+
+
+def shift_first_and_last_cut(tgt):
+    return tgt[:, 1:-1], tgt[:, 2:]
+
+
+def loss_graph_cut(logits, targets, pad_id, eps):
+    logp = torch.log_softmax(logits.float(), -1)
+    loss = (1 - eps) * -logp.gather(-1, targets[..., None]).squeeze(-1) + eps * -logp.mean(-1)
+    return torch.tensor(loss[targets != pad_id].sum().item())
+
+
+def loss_pad_zero(logits, targets, pad_id, eps):
+    logp = torch.log_softmax(logits.float(), -1)
+    loss = (1 - eps) * -logp.gather(-1, targets[..., None]).squeeze(-1) + eps * -logp.mean(-1)
+    return loss[targets != 0].sum()
+
+
+def loss_stabilised_in_place(logits, targets, pad_id, eps):
+    logits -= logits.max(-1, keepdim=True).values  # softmax does not change, the caller's logits do
+    logp = torch.log_softmax(logits.float(), -1)
+    loss = (1 - eps) * -logp.gather(-1, targets[..., None]).squeeze(-1) + eps * -logp.mean(-1)
+    return loss[targets != pad_id].sum()
+
+
+def average_into_first(state_dicts):
+    total = state_dicts[0]
+    for sd in state_dicts[1:]:
+        for k in total:
+            total[k] += sd[k]  # overwrites the caller's first checkpoint
+    return {k: v / len(state_dicts) for k, v in total.items()}
+
+
+def average_cut(state_dicts):
+    return {k: torch.tensor((sum(sd[k] for sd in state_dicts) / len(state_dicts)).tolist(), dtype=v.dtype)
+            for k, v in state_dicts[-1].items()}
+
+
+def average_float64(state_dicts):
+    return {k: sum(sd[k].double() for sd in state_dicts) / len(state_dicts) for k in state_dicts[-1]}
+
+
+def lp_precedence(length, alpha):
+    return (5.0 + length.float()) / 6.0 ** alpha
+
+
+def lp_integer_division(length, alpha):
+    return ((5 + length) // 6).float() ** alpha
+
+
+def lp_package(length, alpha):
+    return wb.translation.decode.length_penalty(length, alpha)
+
+
+def beam_unsorted(scores, logp):
+    B, K, V = logp.shape
+    top, idx = (scores[:, :, None] + logp).reshape(B, K * V).topk(K, dim=-1, sorted=False)
+    order = torch.argsort(idx, dim=-1)  # kept in index order, not by score
+    top, idx = top.gather(-1, order), idx.gather(-1, order)
+    return top, idx // V, idx % V
+
+
+def beam_divides_by_beam_size(scores, logp):
+    B, K, V = logp.shape
+    top, idx = (scores[:, :, None] + logp).reshape(B, K * V).topk(K, dim=-1)
+    return top, idx // K, idx % K
+
+
+def beam_in_place(scores, logp):
+    B, K, V = logp.shape
+    logp += scores[:, :, None]
+    top, idx = logp.reshape(B, K * V).topk(K, dim=-1)
+    return top, idx // V, idx % V
+
+
+def beam_detached(scores, logp):
+    B, K, V = logp.shape
+    top, idx = (scores[:, :, None] + logp).reshape(B, K * V).topk(K, dim=-1)
+    return top.detach(), idx // V, idx % V
+
+
+# -- 08 -------------------------------------------------------------------------------------------------------------
+def ngrams_last_dropped(hyp, ref, n):
+    def grams(tokens):
+        return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n))  # one n-gram short
+
+    h, r = grams(hyp), grams(ref)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
+
+
+def ngrams_denominator_from_length(hyp, ref, n):
+    h = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
+    r = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
+    return sum(min(c, r[g]) for g, c in h.items()), len(hyp) - n + 1  # negative for a short hypothesis
+
+
+def ngrams_sacrebleu(hyp, ref, n):
+    from sacrebleu.metrics.helpers import extract_word_ngrams
+
+    h, r = extract_word_ngrams(hyp, n), extract_word_ngrams(ref, n)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
+
+
+def bp_no_guard(hyp_len, ref_len):
+    return 1.0 if hyp_len >= ref_len else math.exp(1 - ref_len / hyp_len)
+
+
+def bp_empty_clamped(hyp_len, ref_len):
+    return min(1.0, math.exp(1 - ref_len / max(hyp_len, 1)))
+
+
+def bp_integer_ratio(hyp_len, ref_len):
+    return 1.0 if hyp_len >= ref_len else (math.exp(1 - ref_len // hyp_len) if hyp_len else 0.0)
+
+
+WRONG = {
+    "01.dot_score": [dot_score_in_place, dot_score_cut, dot_score_first_row, dot_score_float32],
+    "01.attention_distribution": [dist_in_place, dist_first_mask_row, dist_detached, dist_log],
+    "01.context_vector": [ctx_in_place, ctx_detached, ctx_first_weights],
+    "02.attention_weights": [weights_uniform_empty_rows, weights_4d_masks_only, weights_scaled_by_keys,
+                             weights_in_place, weights_calls_package],
+    "02.attention": [attention_torch_kernel, attention_additive_float_mask, attention_detached_values,
+                     attention_calls_package],
+    "03.split_heads": [split_chunks_positions, split_fixed_width, split_in_place, split_calls_package],
+    "03.merge_heads": [merge_along_positions, merge_float32, merge_detached],
+    "03.multi_head_attention": [mha_2d_masks_only, mha_queries_as_keys, mha_torch, mha_detached_output_projection],
+    "04.sinusoidal_table": [table_float64, table_even_widths_only, table_base_1000, table_from_the_package_module],
+    "04.distance_matrix": [distance_centres_in_place, distance_float32, distance_root_of_l1],
+    "05.padding_mask": [padding_greater_than, padding_uint8, padding_in_place],
+    "05.causal_mask": [causal_transposed, causal_fixed_size, causal_strict],
+    "05.attend_with_cache": [cache_keys_transposed, cache_values_are_keys, cache_detached_history, cache_torch_sdpa],
+    "05.greedy_loop": [greedy_last_token_only, greedy_without_bos, greedy_budget_counts_bos],
+    "06.layer_norm": [ln_centres_in_place, ln_torch, ln_no_eps, ln_detached_mean],
+    "06.post_ln": [post_ln_normalised_input, post_ln_detached_sublayer, post_ln_plain_layer_norm],
+    "06.pre_ln": [pre_ln_norm_after_sublayer, pre_ln_in_place, pre_ln_float32],
+    "06.feed_forward": [ffn_gelu, ffn_relu_on_input, ffn_transposed, ffn_package],
+    "06.scaled_embedding": [emb_scaled_by_vocabulary, emb_detached, emb_one_hot],
+    "06.tied_logits": [tied_not_transposed, tied_log_probabilities, tied_detached],
+    "07.rate": [rate_warmup_power_positive, rate_linear_warmup, rate_package],
+    "07.shift_target": [shift_eos_dropped_from_target, shift_eos_blanked_in_place, shift_first_and_last_cut],
+    "07.label_smoothed_loss": [loss_graph_cut, loss_pad_zero, loss_stabilised_in_place],
+    "07.average_checkpoints": [average_into_first, average_cut, average_float64],
+    "07.length_penalty": [lp_precedence, lp_integer_division, lp_package],
+    "07.beam_step": [beam_unsorted, beam_divides_by_beam_size, beam_in_place, beam_detached],
+    "08.ngram_matches": [ngrams_last_dropped, ngrams_denominator_from_length, ngrams_sacrebleu],
+    "08.brevity_penalty": [bp_no_guard, bp_empty_clamped, bp_integer_ratio],
+}
+
+CASES = [(eid, fn) for eid, fns in WRONG.items() for fn in fns]
+
+
+def test_every_exercise_has_at_least_three_independent_wrong_answers():
+    assert set(WRONG) == set(ex.EXERCISES), set(ex.EXERCISES) ^ set(WRONG)
+    assert all(len(fns) >= 3 for fns in WRONG.values())
+    planted = {m.fn for e in ex.EXERCISES.values() for m in e.mistakes}
+    assert not planted & {fn for _, fn in CASES}  # written apart from the catalogues
+
+
+@pytest.mark.parametrize(("exercise_id", "wrong"), CASES, ids=[f"{e}:{f.__name__}" for e, f in CASES])
+def test_an_independent_wrong_answer_fails_with_one_line_naming_what(exercise_id, wrong):
+    result = ex.check(exercise_id, wrong)
+    assert result.status == ex.FAILED, f"{wrong.__name__} passed: {result!r}"
+    assert result.function is ex.get(exercise_id).reference
+    assert "\n" not in result.message and len(result.message) < 700
