@@ -738,7 +738,7 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None) -> Check
         case, problem, g_out, w_out = min(value_problems, key=rank)
         for inv in ex.invariants:
             broken = None
-            for c, g, _, _ in value_problems:
+            for c, _, g, _ in value_problems:
                 with contextlib.suppress(Exception):
                     broken = inv.test(_fresh(c.args), g)
                 if broken:
