@@ -19,20 +19,16 @@ assignment keeps its left side: ``x = ...``), a line ending in ``# SOLUTION NO P
 ``# BEGIN PROMPT`` and ``# END PROMPT`` (a string in the master, so inert there) become code. The checks are kept.
 :func:`copy_student` writes the ``.ipynb`` and its paired jupytext ``.py`` stripped the same way, outputs removed.
 
-:func:`grade` runs a folder of copies with papermill and reads every exercise's result from each notebook's
-``metrics.json`` (``"exercises"``, written by :func:`workbench.lessons.exercises.summary`).
+:mod:`workbench.tools.grader` grades a class of copies (in a sandbox, judging in its own process).
 """
 
 from __future__ import annotations
 
-import json
 import re
-import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import NotebookCopyError, NotebookParameterError
+from workbench.errors import NotebookCopyError
 
 BEGIN_SOLUTION = re.compile(r"^(\s*)# BEGIN SOLUTION( NO PROMPT)?\s*$")
 END_SOLUTION = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -126,6 +122,23 @@ def book_solutions(nb: Any) -> int:
     return changed
 
 
+def book_stubs(nb: Any) -> int:
+    """Show every code cell of an executed master that holds solutions as the student sees it (:func:`strip_solutions`:
+    the stub, not the solution), in place; its outputs go, and so does its ``hide-input`` tag (the stub is shown, not
+    folded behind "Show the solution"). Returns the number of cells changed. For a course's public book
+    (``workbench book build --no-solutions``)."""
+    changed = 0
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and has_solutions(cell.source):
+            cell.source = strip_solutions(cell.source, f"cell {i}")
+            cell.outputs = []
+            tags = cell.metadata.get("tags", [])
+            if "hide-input" in tags:
+                cell.metadata["tags"] = [t for t in tags if t != "hide-input"]
+            changed += 1
+    return changed
+
+
 def has_solutions(source: str) -> bool:
     """Does ``source`` hold otter solution markers?"""
     return any(BEGIN_SOLUTION.match(line) or SOLUTION_NO_PROMPT.search(line) for line in source.split("\n"))
@@ -167,61 +180,3 @@ def copy_student(target: str | Path, **options: Any) -> list[Path]:
     from workbench.tools.notebooks import copy_notebooks
 
     return copy_notebooks(target, write=write_student_copy, **options)
-
-
-# -- grading -----------------------------------------------------------------------------------------------------
-def grade(
-    directory: str | Path,
-    smoke: bool = False,
-    only: str | Sequence[str] | None = None,
-    out_dir: str | Path | None = None,
-    jobs: int | None = 1,
-    threads: int | None = None,
-    data_dir: str | Path | None = None,
-) -> list[dict[str, Any]]:
-    """Run every numbered notebook of ``directory`` and list every exercise of the series they hold.
-
-    Returns one row per exercise: ``{"notebook", "exercise", "status", "message", "mistake"}``, status one of
-    "passed", "not attempted", "failed", or "not run" (its notebook stopped before the end: the message says why).
-    """
-    from workbench.lessons.exercises import exercises_of
-    from workbench.tools.notebook_runner import run_series
-    from workbench.tools.notebooks import list_notebooks
-
-    folder = Path(directory).expanduser()
-    if not list_notebooks(folder):
-        raise NotebookParameterError(f"{folder} holds no numbered notebook (NN_name.ipynb): give the folder of "
-                                     "student copies (`workbench notebooks copy --student DIR`)")
-    with tempfile.TemporaryDirectory(prefix="workbench-grade-") as tmp:
-        results = run_series(out_dir or tmp, smoke=smoke, only=only, directory=folder, jobs=jobs, threads=threads,
-                             data_dir=data_dir, quiet=True)
-    rows: list[dict[str, Any]] = []
-    for r in results:
-        number = r["name"].split("_", 1)[0]
-        found = {e["exercise"]: e for e in r.get("metrics", {}).get("exercises", [])}
-        expected = [e.id for e in exercises_of(number)]
-        for ex_id in expected + [k for k in found if k not in expected]:
-            if ex_id in found:
-                row = dict(found[ex_id])
-            else:
-                why = r.get("error", "its notebook ended without writing metrics.json").splitlines()[0][:200]
-                row = {"exercise": ex_id, "status": "not run", "message": f"the notebook stopped: {why}",
-                       "mistake": None}
-            rows.append({"notebook": r["name"], **row})
-    return rows
-
-
-def grade_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows of :func:`grade` as a plain-text table, one line per exercise and a count at the end."""
-    width = max([len(r["exercise"]) for r in rows] + [8])
-    lines = [f"{'exercise':{width}s}  {'status':13s}  hint"]
-    for r in rows:
-        hint = r["message"] if r["status"] != "passed" else ""
-        lines.append(f"{r['exercise']:{width}s}  {r['status']:13s}  {hint}")
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("passed", "not attempted", "failed", "not run")}
-    lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + f" (of {len(rows)} exercises)")
-    return "\n".join(lines)
-
-
-def grade_json(rows: Sequence[dict[str, Any]]) -> str:
-    return json.dumps(list(rows), indent=1)

@@ -137,27 +137,28 @@ def _build_note(pages: Sequence[BookPage]) -> str:
     return "\n\n".join(parts)
 
 
-def write_sources(pages: Sequence[BookPage], src: str | Path) -> list[str]:
+def write_sources(pages: Sequence[BookPage], src: str | Path, solutions: bool = True) -> list[str]:
     """Fill a Sphinx source folder: the template of ``book_src/``, the prepared notebooks, the generated home and
-    models pages, and plotly.js in ``_static``. Returns the changes made to notebook outputs."""
+    models pages, and plotly.js in ``_static``. ``solutions=False`` shows each exercise as its stub (a course's
+    public book). Returns the changes made to notebook outputs."""
     import nbformat
     import plotly
 
-    from workbench.tools.assign import book_solutions
+    from workbench.tools.assign import book_solutions, book_stubs
 
     src = Path(src)
     shutil.copytree(BOOK_SRC, src, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     static = src / "_static"
     static.mkdir(exist_ok=True)
     shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", static / "plotly.min.js")
-    from workbench.tools.translate_page import add_page
-
-    translate = add_page(src)  # "Translate in your browser" (None, logged in one line, without Node.js)
     changes: list[str] = []
     checks: dict[str, list[Check]] = {}
     for page in pages:
         nb, made = prepare_notebook(page)
-        book_solutions(nb)  # exercise cells show their solution (collapsed by their hide-input tag), not the markers
+        if solutions:
+            book_solutions(nb)  # exercise cells show their solution (collapsed by their hide-input tag), not the markers
+        else:
+            book_stubs(nb)  # exercise cells show the student's stub: no solution anywhere in the site
         changes += [f"{page.name}: {c}" for c in made]
         checks[page.name] = closing_checks(nb, page.metrics)
         nbformat.write(nb, str(src / f"{page.name}.ipynb"))
@@ -166,10 +167,7 @@ def write_sources(pages: Sequence[BookPage], src: str | Path) -> list[str]:
     index = (src / "index.md").read_text(encoding="utf-8")
     lessons = "\n".join(p.name for p in pages)
     for key, value in {"{{ build_note }}": _build_note(pages), "{{ series_table }}": _series_table(pages, checks),
-                       "{{ models }}": _models_summary(names), "{{ lessons }}": lessons,
-                       "{{ translate }}": translate or "",
-                       "{{ translate_link }}": "{doc}`translate`: type German, read the English and its attention, "
-                                               "all in this page (served)." if translate else ""}.items():
+                       "{{ models }}": _models_summary(names), "{{ lessons }}": lessons}.items():
         index = index.replace(key, value)
     (src / "index.md").write_text(index, encoding="utf-8")
     return changes
@@ -194,6 +192,7 @@ def build_book(
     threads: int | None = None,
     timeout: int | None = None,
     jobs: int | None = 1,
+    solutions: bool = True,
 ) -> BookResult:
     """Build the book: execute the notebooks (or reuse executed copies), then run Sphinx.
 
@@ -205,6 +204,8 @@ def build_book(
         reports: where the notebooks are executed (ignored with ``from_reports``).
         parameters, threads, timeout, jobs: as in :func:`workbench.tools.notebook_runner.run_series` (``jobs=None``, as
             the command line passes by default: two notebooks at a time on a machine with two or more cores).
+        solutions: show each exercise's solution (collapsed); False shows the student's stub instead
+            (``--no-solutions``, for a course's public site).
 
     Returns:
         A :class:`BookResult`; a notebook that failed still gets its page (``result.ok`` is then False).
@@ -229,7 +230,7 @@ def build_book(
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="workbench-book-") as tmp:
         src = Path(tmp) / "src"
-        for change in write_sources(pages, src):
+        for change in write_sources(pages, src, solutions=solutions):
             log.info("offline: %s", change)
         # built in the temporary folder, then moved: myst-nb writes a jupyter_execute/ folder beside the output
         # folder, and a failed build leaves an earlier book in place

@@ -252,15 +252,26 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    """``notebooks grade DIR``: run the student copies, print one line per exercise; exit 1 when one failed or did
-    not run."""
-    from workbench.tools.assign import grade, grade_json, grade_table
+    """``notebooks grade CLASS_DIR``: grade every student's notebooks in the sandbox, write the gradebook, print a
+    summary (or the exercise rows as JSON); exit 1 when an exercise did not pass."""
+    from workbench.tools.gradebook import summary_table, write_gradebook
+    from workbench.tools.grader import GradeOptions, grade_class
+    from workbench.tools.notebook_runner import default_jobs
+    from workbench.tools.sandbox import Limits
 
     logging.getLogger("papermill").setLevel(logging.ERROR)
-    logging.getLogger("workbench.tools.notebook_runner").setLevel(logging.ERROR)
-    rows = grade(args.target, smoke=args.smoke, only=args.only or None, jobs=args.jobs)
-    print(grade_json(rows) if args.json else grade_table(rows))
-    return 1 if any(r["status"] in ("failed", "not run") for r in rows) else 0
+    limits = Limits(memory_bytes=int(args.memory_gb * 2**30))
+    only = tuple(o[:2] for o in args.only or ())
+    opts = GradeOptions(mode="checks" if args.checks_only else "full", smoke=args.smoke,
+                        seed="student" if args.seed_from_student else args.seed, timeout=args.timeout,
+                        limits=limits, jobs=args.jobs or default_jobs(), only=only)
+    book = grade_class(args.target, opts, hide=[args.out])
+    paths = write_gradebook(book, args.out)
+    rows = [{"student": r["student"], "notebook": r["notebook"], "file": r["file"], **e}
+            for r in book["records"] for e in r["exercises"]]
+    print(json.dumps(rows, indent=1) if args.json else summary_table(book))
+    print(f"gradebook: {paths['items']}, {paths['totals']}, {paths['json']}", file=sys.stderr)
+    return 1 if any(r["status"] != "passed" for r in rows) else 0
 
 
 def cmd_book(args: argparse.Namespace) -> int:
@@ -280,7 +291,7 @@ def cmd_book(args: argparse.Namespace) -> int:
         return 0
     result = build_book(out=args.out, smoke=args.smoke, only=args.only or None, from_reports=args.from_reports,
                         reports=args.reports, parameters=parse_parameters(args.param or []) or None,
-                        threads=args.threads, jobs=args.jobs)
+                        threads=args.threads, jobs=args.jobs, solutions=not args.no_solutions)
     for page in result.pages:
         took = f"{page.seconds:7.1f} s" if page.seconds is not None else "      – "
         print(f"{page.name:40s} {page.status:6s} {took}")
@@ -302,6 +313,30 @@ JOBS_HELP = ("notebooks executed at the same time (default: 2 on a machine with 
 PRECISION_HELP = ("number format of decoding: auto (bf16 on CUDA, and on a CPU with bf16 matrix units where a short "
                   "probe measures it faster; fp32 otherwise), fp32, or bf16 (an error on a CPU without bf16 support) "
                   "(default: auto)")
+GRADE_DESCRIPTION = """\
+Grade a class. GRADING EXECUTES STUDENT CODE: each student's exercise functions (and, without --checks-only, the
+whole notebook) run in a child process. What isolates it on Linux: its own temporary folder as HOME, TMPDIR and
+working folder; an environment reduced to an allow-list; limits on CPU seconds, address space (--memory-gb), file
+size and processes; a time-out per notebook (--timeout) that kills all its processes; and where the system allows
+(root with util-linux unshare and setpriv) no network, its own PID and mount namespaces (the class folder and the
+gradebook folder hidden, the grader's home replaced by an empty folder) and an unprivileged user id of its own, so
+it cannot write the instructor's files or model cache. It can still read world-readable files (the installed
+packages, the workbench with its master notebooks) and use CPU up to its limits. The gradebook records the
+isolation that applied. For stronger isolation run the grader in a container, e.g.:
+
+  docker run --rm --network none --memory 8g --pids-limit 512 --read-only --tmpfs /tmp \\
+    -v "$PWD/class:/class:ro" -v "$PWD/gradebook:/gradebook" IMAGE \\
+    workbench notebooks grade /class --out /gradebook --checks-only
+
+(IMAGE: any image with this workbench installed.)
+
+The grade is the grader's own: it takes from each notebook only the exercise cells' imports, definitions and
+literal constants and the answer cells' literals (never running the rest), records what the functions return, and
+judges that in its own process against the package. A forged metrics.json or a patched check changes nothing.
+The checks inside the notebooks (ex.check) are formative: they help students while they work, and a student can
+change them. For marks, the grader adds the sandbox, its own judgement, per-student random cases
+(--seed-from-student), and a gradebook (CSV and JSON: student x exercise status, predictions, totals, the hints).
+"""
 ALPHA_HELP = (f"beam search length penalty (default: the one a shipped model's card chose on val, else "
               f"{DECODING.alpha})")
 
@@ -379,13 +414,25 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--student", action="store_true", help="student versions: each exercise's solution replaced by "
                                                           "its stub (otter-grader's solution markers), checks kept")
     r.set_defaults(func=cmd_notebooks)
-    r = nsub.add_parser("grade", help="run a folder of student copies and list every exercise: passed, not "
-                                      "attempted, or failed with its hint (exit 1 when one failed)")
-    r.add_argument("target", metavar="DIR", help="the folder of student copies")
-    r.add_argument("--smoke", action="store_true", help="run the notebooks with SMOKE=True (tiny sizes)")
-    r.add_argument("--only", action="append", help="grade only notebooks whose number or name matches (repeatable)")
-    r.add_argument("--json", action="store_true", help="print the rows as JSON (one object per exercise)")
-    r.add_argument("--jobs", type=int, default=None, help=JOBS_HELP)
+    r = nsub.add_parser("grade", help="grade a class (a folder of student folders, or one folder of copies) in a "
+                                      "sandbox and write a gradebook (exit 1 when an exercise did not pass)",
+                        description=GRADE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("target", metavar="CLASS_DIR", help="a folder of student folders (each holding that student's "
+                                                       "NN_name.ipynb copies), or one folder of copies")
+    r.add_argument("--out", default="gradebook", help="where gradebook.csv, totals.csv and gradebook.json go")
+    r.add_argument("--checks-only", action="store_true", help="grade the exercise functions and predictions only, "
+                                                              "without running each lesson (fast)")
+    r.add_argument("--smoke", action="store_true", help="full mode: run the notebooks with SMOKE=True (tiny sizes)")
+    r.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook in the sandbox (default 300)")
+    r.add_argument("--memory-gb", type=float, default=4.0, help="address space per sandboxed process (default 4)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the checks' random cases, the same for everyone")
+    r.add_argument("--seed-from-student", action="store_true", help="seed each student's random cases from the "
+                                                                    "student's id (per-student variants)")
+    r.add_argument("--only", action="append", help="grade only notebooks of this number (repeatable)")
+    r.add_argument("--json", action="store_true", help="print the exercise rows as JSON (one object per student "
+                                                       "and exercise)")
+    r.add_argument("--jobs", type=int, default=None, help="notebooks graded at the same time (default: 2 on a "
+                                                          "machine with 2 or more cores)")
     r.set_defaults(func=cmd_notebooks)
 
     p = sub.add_parser("book", help="the notebooks as a rendered, offline book (Sphinx + myst-nb)")
@@ -400,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-p", "--param", action="append", help="NAME=VALUE parameter for every notebook that has it")
     b.add_argument("--threads", type=int, default=None, help="torch threads in the notebook kernels")
     b.add_argument("--jobs", type=int, default=None, help=JOBS_HELP)
+    b.add_argument("--no-solutions", action="store_true", help="show each exercise as the student's stub, not its "
+                                                               "solution (for a course's public site)")
     b.set_defaults(func=cmd_book)
     b = bsub.add_parser("serve", help="serve a built book over HTTP on this machine")
     b.add_argument("--dir", default="book", help="the book's folder")

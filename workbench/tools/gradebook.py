@@ -1,0 +1,102 @@
+"""The gradebook of :func:`workbench.tools.grader.grade_class` as files an instructor opens: a CSV with one row per
+student and item (exercise or prediction: status, the hint the student was shown), a CSV of totals with one row per
+student and one column per exercise, the whole record as JSON, and a plain-text summary for the terminal."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ITEM_COLUMNS = ["student", "notebook", "file", "kind", "item", "status", "mistake", "hint"]
+
+
+def item_rows(book: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per student and exercise or prediction (``ITEM_COLUMNS``); the hint is empty when it passed."""
+    rows = []
+    for r in book["records"]:
+        base = {"student": r["student"], "notebook": r["notebook"], "file": r["file"]}
+        for e in r["exercises"]:
+            rows.append({**base, "kind": "exercise", "item": e["exercise"], "status": e["status"],
+                         "mistake": e.get("mistake") or "", "hint": "" if e["status"] == "passed" else e["message"]})
+        for p in r["predictions"]:
+            rows.append({**base, "kind": "prediction", "item": p["prediction"], "status": p["status"], "mistake": "",
+                         "hint": "" if p["status"] == "right" else p["message"]})
+    return rows
+
+
+def totals(book: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per student: each exercise's status, passed of total, predictions right of total, the notes
+    (which file was read, whether each notebook ran)."""
+    by_student: dict[str, dict[str, Any]] = {}
+    for r in book["records"]:
+        row = by_student.setdefault(r["student"], {"student": r["student"], "passed": 0, "exercises": 0,
+                                                   "predictions_right": 0, "predictions": 0, "notes": []})
+        for e in r["exercises"]:
+            row[e["exercise"]] = e["status"]
+            row["exercises"] += 1
+            row["passed"] += e["status"] == "passed"
+        for p in r["predictions"]:
+            row[p["prediction"]] = p["status"]
+            row["predictions"] += 1
+            row["predictions_right"] += p["status"] == "right"
+        for note in (r["note"], None if r["ran"] in (None, "ran to the end") else f"{r['notebook']}: {r['ran']}"):
+            if note:
+                row["notes"].append(note)
+    for row in by_student.values():
+        row["notes"] = "; ".join(row["notes"])
+    return list(by_student.values())
+
+
+def _csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_gradebook(book: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write ``gradebook.csv`` (:func:`item_rows`), ``totals.csv`` (:func:`totals`) and ``gradebook.json`` (the whole
+    record with its isolation and provenance) into ``out_dir``; returns their paths by kind."""
+    out = Path(out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rows = totals(book)
+    items = [k for row in rows for k in row if k not in ("student", "passed", "exercises", "predictions_right",
+                                                          "predictions", "notes")]
+    columns = ["student", "passed", "exercises", "predictions_right", "predictions", *dict.fromkeys(items), "notes"]
+    paths = {"items": out / "gradebook.csv", "totals": out / "totals.csv", "json": out / "gradebook.json"}
+    _atomic(paths["items"], _csv(item_rows(book), ITEM_COLUMNS))
+    _atomic(paths["totals"], _csv(rows, columns))
+    _atomic(paths["json"], json.dumps(book, indent=1, default=str))
+    return paths
+
+
+def summary_table(book: dict[str, Any]) -> str:
+    """Plain text for the terminal: one line per student (passed of total, predictions right, notes), then the
+    exercises that did not pass with their hints."""
+    rows = totals(book)
+    width = max([len(r["student"]) for r in rows] + [7])
+    lines = [f"{'student':{width}s}  exercises passed  predictions right  notes"]
+    for r in rows:
+        lines.append(f"{r['student']:{width}s}  {r['passed']:>7d} of {r['exercises']:<6d} "
+                     f"{r['predictions_right']:>7d} of {r['predictions']:<7d}  {r['notes']}")
+    bad = [i for i in item_rows(book) if i["kind"] == "exercise" and i["status"] != "passed"]
+    if bad:
+        lines += ["", "not passed:"]
+        lines += [f"  {i['student']:{width}s}  {i['item']:28s} {i['status']:13s} {i['hint'][:160]}" for i in bad]
+    lines += ["", f"isolation: {book['meta']['isolation_text']}"]
+    return "\n".join(lines)

@@ -1,0 +1,341 @@
+"""Grading a class: every student's notebooks, each in a sandbox, into one gradebook (CSV and JSON).
+
+**Grading executes student code.** For each student notebook the grader
+
+1. reads it without running it (:mod:`workbench.tools.submission`): the ``.ipynb`` or its newer ``.py`` twin; the
+   definitions of the exercise cells, the notebook's imports, the predictions of the answer cells;
+2. runs :mod:`workbench.tools.grade_worker` in a sandbox (:mod:`workbench.tools.sandbox`: own folder, allow-listed
+   environment, resource limits, time-out, and on Linux no network, own PID and mount namespaces and an
+   unprivileged user id) which executes those definitions and records what each exercise's function returns on
+   the check's inputs (:func:`workbench.lessons.exercises.observe`);
+3. loads the observations as plain data (``torch.load(weights_only=True)``) and judges them in its own process
+   against the package's reference (:func:`workbench.lessons.exercises.judge`): the grade never comes from a file
+   or object the student's code wrote (a forged ``metrics.json`` or a monkeypatched ``check`` changes nothing);
+4. in the full mode, also runs the whole notebook in the sandbox to say whether it runs; the exercises of a
+   notebook that stops are "not run", with the reason.
+
+Predictions are read as literals and compared with the measured value by trusted code
+(:func:`workbench.lessons.exercises.grade_prediction`). ``seed="student"`` draws each student's random cases from
+their id (:func:`student_seed`), so answers cannot be passed round as numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import NotebookParameterError
+from workbench.tools import sandbox
+from workbench.tools.submission import Submission, extract, notebook_names, read_submission
+
+NOT_RUN, MISSING = "not run", "missing"
+OBSERVATION_BYTES = 64 * 2**20  # an observation file larger than this is not loaded
+JUDGE_LOCK = threading.Lock()  # judge() draws the cases from torch's global random stream: one at a time
+STARTUP_SECONDS = 60.0  # allowed to a worker to start (import torch and the package) before its first exercise
+WORKER = [sys.executable, "-m", "workbench.tools.grade_worker"]  # the worker's command; its job file is appended
+
+
+@dataclasses.dataclass(frozen=True)
+class GradeOptions:
+    """How a class is graded."""
+
+    mode: str = "checks"  # "checks": the exercise functions only; "full": also run each notebook in the sandbox
+    smoke: bool = True  # full mode: run the notebooks with SMOKE=True
+    seed: int | str = 0  # the checks' random cases: an int for everyone, or "student" (from each student's id)
+    timeout: float = 300.0  # seconds per notebook: all its sandboxed runs together
+    time_limit: float = 10.0  # seconds each exercise's function may run over all its inputs (observe's limit)
+    limits: sandbox.Limits = sandbox.Limits()
+    jobs: int = 2  # notebooks graded at the same time
+    only: tuple[str, ...] = ()  # notebook numbers ("05") to grade; () all that hold exercises or predictions
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("checks", "full"):
+            raise NotebookParameterError(f"grading mode {self.mode!r}: use 'checks' or 'full'")
+        if not (isinstance(self.seed, int) or self.seed == "student"):
+            raise NotebookParameterError(f"seed {self.seed!r}: give an integer, or 'student' for per-student seeds")
+        if self.timeout <= 0 or self.jobs < 1 or self.time_limit <= 0:
+            raise NotebookParameterError(f"timeout {self.timeout}, time_limit {self.time_limit} and jobs {self.jobs} "
+                                         "must be positive")
+
+    @property
+    def stall_seconds(self) -> float:
+        """How long the worker may go without finishing an exercise before it is stopped and replaced: the check's
+        own limit three times over (its inputs, the gradients) and 15 s to spare."""
+        return 3 * self.time_limit + 15
+
+
+def student_seed(student: str) -> int:
+    """The seed of a student's random cases: from the SHA-256 of the id (the same on every machine and run)."""
+    return int.from_bytes(hashlib.sha256(student.encode("utf-8")).digest()[:4], "big") % 2**31
+
+
+def class_folders(class_dir: str | Path) -> list[tuple[str, Path]]:
+    """``(student id, folder)`` for a folder of student folders, or a single student's folder of notebooks (the
+    folder's name is then the id).
+
+    Raises:
+        NotebookParameterError: no numbered notebook in the folder or in any folder under it.
+    """
+    root = Path(class_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise NotebookParameterError(f"{root} is not a folder: give a folder of student folders, or of notebooks")
+    if notebook_names(root):
+        return [(root.name, root)]
+    students = [(p.name, p) for p in sorted(root.iterdir()) if p.is_dir() and notebook_names(p)]
+    if not students:
+        raise NotebookParameterError(f"{root} holds no numbered notebook (NN_name.ipynb), nor folders that do: give "
+                                     "the folder of student copies (`workbench notebooks copy --student DIR`)")
+    return students
+
+
+def _exercises(number: str) -> list[str]:
+    from workbench.lessons import exercises as ex
+
+    return [e.id for e in ex.exercises_of(number)]
+
+
+def _predictions(number: str) -> dict[str, str]:
+    """Prediction id -> the notebook's answer variable, for notebook ``number``."""
+    from workbench.lessons import exercises as ex
+
+    return {pid: p.variable for pid, p in ex.PREDICTIONS.items() if pid.split(".", 1)[0] == number}
+
+
+def _row(exercise: str, status: str, message: str, mistake: str | None = None) -> dict[str, Any]:
+    return {"exercise": exercise, "status": status, "message": message, "mistake": mistake}
+
+
+def _job_folder(tmp: Path, tag: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=tmp))
+    folder.chmod(0o700)
+    return folder
+
+
+def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], seed: int, opts: GradeOptions,
+             tmp: Path, hide: Sequence[Path]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Run the worker on ``ids`` until each has an observation or a reason: a worker that dies (memory, exit) or
+    stalls on one exercise (:attr:`GradeOptions.stall_seconds`) blames the exercise it was on, and a new one goes on
+    with the rest, within the notebook's time-out."""
+    import torch
+
+    observed: dict[str, Any] = {}
+    reasons: dict[str, str] = {}
+    errors: list[str] = []
+    todo = list(ids)
+    deadline = time.monotonic() + opts.timeout
+    while todo:
+        left = deadline - time.monotonic()
+        if left < 1:
+            for exercise_id in todo:
+                reasons[exercise_id] = (f"not run: the notebook's time-out of {opts.timeout:.0f} s was spent by "
+                                        "the exercises before it")
+            break
+        folder = _job_folder(tmp, f"{sub.student}-{sub.number}")
+        job = {"mode": "checks", "statements": statements, "exercises": todo, "seed": seed,
+               "time_limit": opts.time_limit}
+        result, limits = _work(job, folder, opts, hide, left, _stall_watch(folder, opts))
+        if (folder / "exec.json").is_file() and (folder / "exec.json").stat().st_size < 2**20:
+            try:
+                errors = [str(e)[:240] for e in json.loads((folder / "exec.json").read_text())][:20]
+            except (ValueError, UnicodeDecodeError):
+                pass
+        done = 0
+        for k, exercise_id in enumerate(todo):
+            path = folder / f"obs-{k}.pt"
+            if not (path.is_file() and path.stat().st_size <= OBSERVATION_BYTES):
+                break
+            try:
+                observed[exercise_id] = torch.load(path, weights_only=True)
+            except Exception as exc:  # the file is the student's process's: it may hold anything
+                reasons[exercise_id] = f"its observations could not be read as plain data ({type(exc).__name__})"
+            done = k + 1
+        shutil.rmtree(folder, ignore_errors=True)
+        if done < len(todo):
+            why = result.reason(limits)
+            reasons[todo[done]] = f"the grader's worker {why}" + ("" if result.stopped_by else " while this exercise ran")
+            done += 1
+        todo = todo[done:]
+    return observed, reasons, errors
+
+
+def _stall_watch(folder: Path, opts: GradeOptions) -> Callable[[], str | None]:
+    """A watch for :func:`sandbox.run`: a reason once no new observation has appeared for ``opts.stall_seconds``
+    (the first one also gets :data:`STARTUP_SECONDS` to import torch)."""
+    state = {"count": 0, "since": time.monotonic() + STARTUP_SECONDS}
+
+    def watch() -> str | None:
+        count = len(list(folder.glob("obs-*.pt")))
+        if count != state["count"]:
+            state.update(count=count, since=time.monotonic())
+        elif time.monotonic() - state["since"] > opts.stall_seconds:
+            return f"was stopped after {opts.stall_seconds:.0f} s on this exercise with no answer"
+        return None
+
+    return watch
+
+
+def _work(job: dict[str, Any], folder: Path, opts: GradeOptions, hide: Sequence[Path], seconds: float,
+          watch: Callable[[], str | None] | None = None) -> tuple[sandbox.RunResult, sandbox.Limits]:
+    """Write ``job`` into ``folder`` and run the worker on it in the sandbox for at most ``seconds``."""
+    (folder / "job.json").write_text(json.dumps(job))
+    limits = dataclasses.replace(opts.limits, wall_seconds=seconds, cpu_seconds=int(seconds) + 1)
+    argv = [*WORKER, sandbox.inside(folder / "job.json", folder)]
+    return sandbox.run(argv, folder, limits, hide=hide, watch=watch), limits
+
+
+def _run_notebook(sub: Submission, folder: Path, opts: GradeOptions, tmp: Path,
+                  hide: Sequence[Path]) -> str | None:
+    """Full mode: run the student's notebook in the sandbox; None when it ran to the end, else why not (one line)."""
+    import nbformat
+
+    work = _job_folder(tmp, f"{sub.student}-{sub.number}-run")
+    try:
+        source = folder / sub.file
+        if source.suffix == ".py":
+            import jupytext
+
+            nbformat.write(jupytext.read(source), str(work / f"{sub.name}.ipynb"))
+        else:
+            shutil.copy2(source, work / f"{sub.name}.ipynb")
+        job = {"mode": "notebook", "notebook": f"{sub.name}.ipynb", "smoke": opts.smoke}
+        result, limits = _work(job, work, opts, hide, opts.timeout)
+        try:
+            ran = json.loads((work / "run.json").read_text()) if (work / "run.json").stat().st_size < 2**20 else {}
+        except (OSError, ValueError, UnicodeDecodeError):
+            ran = {}
+        if result.timed_out or result.returncode != 0 or not isinstance(ran, dict) or "status" not in ran:
+            return f"the notebook {result.reason(limits)}"
+        if ran.get("status") != "ok":
+            return f"the notebook stopped: {str(ran.get('error') or 'unknown error').splitlines()[0][:200]}"
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tmp: Path,
+                   hide: Sequence[Path] = ()) -> dict[str, Any]:
+    """Grade one student notebook (see the module docstring). Never raises on what the notebook holds.
+
+    Returns:
+        ``{"student", "notebook", "file", "note", "seed", "ran", "exercises": [row], "predictions": [row]}``;
+        an exercise row is ``{"exercise", "status", "message", "mistake"}`` with status "passed", "failed",
+        "not attempted", "not run" or "missing"; ``ran`` is None in the checks-only mode.
+    """
+    from workbench.lessons import exercises as ex
+
+    sub = read_submission(student, folder, name)
+    ids = _exercises(sub.number)
+    predictions = _predictions(sub.number)
+    seed = student_seed(student) if opts.seed == "student" else int(opts.seed)
+    record: dict[str, Any] = {"student": student, "notebook": name, "file": sub.file, "note": sub.note, "seed": seed,
+                              "ran": None, "exercises": [], "predictions": []}
+    if not sub.readable:
+        record["exercises"] = [_row(i, NOT_RUN, sub.note) for i in ids]
+        record["predictions"] = [{"prediction": p, "status": NOT_RUN, "message": sub.note, "answer": None,
+                                  "measured": None} for p in predictions]
+        return record
+    got = extract(sub, [i.split(".", 1)[1] for i in ids], list(predictions.values()))
+    for pid, variable in predictions.items():
+        if variable in got.unreadable_answers:
+            record["predictions"].append({"prediction": pid, "status": "unreadable",
+                                          "message": got.unreadable_answers[variable], "answer": None,
+                                          "measured": None})
+        elif variable not in got.answers:
+            record["predictions"].append({"prediction": pid, "status": MISSING, "answer": None, "measured": None,
+                                          "message": f"no cell tagged 'answer' assigns {variable}"})
+        else:
+            with JUDGE_LOCK:
+                record["predictions"].append(ex.grade_prediction(pid, got.answers[variable]).to_dict())
+    stopped = None
+    if opts.mode == "full":
+        stopped = _run_notebook(sub, folder, opts, tmp, hide)
+        record["ran"] = stopped or "ran to the end"
+    present = [i for i in ids if i.split(".", 1)[1] not in got.missing]
+    observed, reasons, errors = ({}, {}, []) if stopped or not present else _observe(
+        sub, got.statements, present, seed, opts, tmp, hide)
+    for exercise_id in ids:
+        fn_name = exercise_id.split(".", 1)[1]
+        if fn_name in got.missing:
+            record["exercises"].append(_row(exercise_id, MISSING, got.missing[fn_name]))
+        elif stopped:
+            record["exercises"].append(_row(exercise_id, NOT_RUN, stopped))
+        elif exercise_id in observed:
+            with JUDGE_LOCK:
+                row = ex.judge(exercise_id, observed[exercise_id], seed=seed).to_dict()
+            if row["status"] != "passed":
+                blamed = [e for e in errors if f"def {fn_name}" in e or fn_name in e]
+                if blamed:
+                    row["message"] += f" (the grader could not define it: {blamed[0]})"
+            record["exercises"].append(row)
+        else:
+            why = reasons.get(exercise_id, "no observation")
+            if why.startswith("not run: "):
+                record["exercises"].append(_row(exercise_id, NOT_RUN, why.removeprefix("not run: ")))
+            else:
+                record["exercises"].append(_row(exercise_id, "failed", why))
+    return record
+
+
+def grade_class(class_dir: str | Path, options: GradeOptions | None = None,
+                hide: Sequence[str | Path] = ()) -> dict[str, Any]:
+    """Grade every student of ``class_dir`` (:func:`class_folders`); see the module docstring.
+
+    Args:
+        class_dir: a folder of student folders, or one student's folder of notebooks.
+        options: mode, seeds, time-out, limits, parallel jobs, notebooks.
+        hide: more folders the students' code must not see (the class folder always is hidden).
+
+    Returns:
+        The gradebook: ``{"meta": {...}, "records": [grade_notebook(...) for each student and notebook]}``.
+    """
+    from workbench.tools.provenance import git_state, utc_now
+
+    opts = options or GradeOptions()
+    students = class_folders(class_dir)
+    graded = {e.split(".", 1)[0] for e in _all_exercises()} | {p.split(".", 1)[0] for p in _all_predictions()}
+    tasks = [(s, folder, n) for s, folder in students for n in notebook_names(folder)
+             if n[:2] in graded and (not opts.only or n[:2] in opts.only)]
+    if not tasks:
+        raise NotebookParameterError(f"no notebook with exercises in {class_dir}"
+                                     + (f" among {list(opts.only)}" if opts.only else ""))
+    hidden = [Path(class_dir).expanduser().resolve(), *(Path(h).expanduser().resolve() for h in hide)]
+    iso = sandbox.probe()
+    lock = threading.Lock()
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="workbench-grade-") as tmp:
+        def one(task: tuple[str, Path, str]) -> None:
+            record = grade_notebook(*task, opts, Path(tmp), hidden)
+            with lock:
+                records.append(record)
+
+        with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+            list(pool.map(one, tasks))
+    order = {(s, n): i for i, (s, _, n) in enumerate(tasks)}
+    records.sort(key=lambda r: order[(r["student"], r["notebook"])])
+    meta = {"mode": opts.mode, "smoke": opts.smoke if opts.mode == "full" else None,
+            "seed": "per student (sha256 of the id)" if opts.seed == "student" else opts.seed,
+            "timeout_s": opts.timeout, "limits": dataclasses.asdict(opts.limits), "isolation": dataclasses.asdict(iso),
+            "isolation_text": iso.describe(), **git_state(), "graded_utc": utc_now(), "students": len(students)}
+    return {"meta": meta, "records": records}
+
+
+def _all_exercises() -> list[str]:
+    from workbench.lessons import exercises as ex
+
+    return list(ex.EXERCISES)
+
+
+def _all_predictions() -> list[str]:
+    from workbench.lessons import exercises as ex
+
+    return list(ex.PREDICTIONS)
