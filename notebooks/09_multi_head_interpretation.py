@@ -27,7 +27,7 @@ SMOKE: bool = False  # tiny model and data (what CI runs)
 SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty: the shipped small-de-en
 N_EVAL: int = 200  # validation sentences for statistics, importance and pruning (SMOKE: 40)
-SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz ."  # sentence to inspect
+SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz."  # sentence to inspect
 PRONOUN_SENTENCE: str = "Eine Frau verwendet eine Bohrmaschine während ein Mann sie fotografiert."  # a pronoun after its antecedent
 ANTECEDENT: str = "Frau"  # the word of PRONOUN_SENTENCE the pronoun refers to
 PRONOUN: str = "sie"  # the German pronoun (its first occurrence after ANTECEDENT is used)
@@ -72,7 +72,8 @@ for kind in ("enc_self", "dec_self", "cross"):
     q, k = ins.axes(kind)
     L = len(ins.cache.layers(kind))
     w = torch.stack([ins.weights(kind, l) for l in range(L)])           # (L, H, Tq, Tk)
-    figures.head_grid(w, q, k, layer_labels=[f"{kind} L{l}" for l in range(L)], title=f"{kind}: every layer and head").show()
+    figures.head_grid(w, q, k, layer_labels=[f"{kind} L{l}" for l in range(L)], title=f"{kind}: every layer and head",
+                      max_width=figures.PAGE_WIDTH).show()           # heads wrap onto rows that fit the page
 
 # %% [markdown]
 # ## A pronoun and its antecedent

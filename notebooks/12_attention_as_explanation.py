@@ -38,7 +38,7 @@
 SMOKE: bool = False  # a few sentences and fewer integration steps (what CI runs)
 SEED: int = 0  # seeds the sample of test sentences and the random baselines
 CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty: the shipped small-de-en
-SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz ."  # the sentence of sections 1 and 2
+SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz."  # the sentence of sections 1 and 2
 CONTRAST_TARGET: str = "girl"  # a word of its translation to explain
 CONTRAST_FOIL: str = "boy"  # the word it is contrasted with: why the target and not this one?
 N_SENTENCES: int = 60  # test_2016_flickr sentences for the agreement study (SMOKE: 20; the time grows with it)

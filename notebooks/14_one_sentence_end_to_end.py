@@ -59,10 +59,11 @@ print(f"{card['title']}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, d_model {
 # %% [markdown]
 # ## The sentence becomes pieces, then ids
 #
-# The tokenizer normalises the text (Unicode NFKC), marks word starts with `▁` and splits each word into the
-# longest subword pieces its byte-pair merges know (lesson 15 learns such merges by hand). Rare words break into
-# several pieces; the end-of-sentence token closes the source. Each piece has one id in the joint German-English
-# vocabulary.
+# The tokenizer normalises the text (Unicode NFKC), marks word starts with `▁`, starts each word from its single
+# characters and applies its byte-pair merges in the order they were learned, each merge joining every adjacent pair
+# it names (lesson 15 learns such merges by hand). That is not a search for the longest known piece (WordPiece's
+# greedy longest match): a word ends in whatever pieces the merge order leaves. Rare words break into several
+# pieces; the end-of-sentence token closes the source. Each piece has one id in the joint German-English vocabulary.
 
 # %%
 pieces = tok.tokens_src(SENTENCE)
@@ -102,17 +103,29 @@ metrics.update(embed_error=embed_error)
 #
 # Each encoder layer keeps the shape (1, S, d_model): self-attention mixes the positions, the feed-forward network
 # transforms each one, and after each sub-layer the residual sum is layer-normalised (post-LN, §3.1). The norm of
-# each position's vector is printed after every layer: LayerNorm resets every vector to mean 0 and variance 1 before
-# its learned gain and bias, so the norms stay of one size from layer to layer, whatever the sub-layers added.
+# each position's vector is printed after every layer. LayerNorm resets every vector to mean 0 and variance 1 (norm
+# $\sqrt{d_{model}}$) and then multiplies by its learned gain $\gamma$ and adds its bias $\beta$, so what leaves a
+# layer has a size set by that layer's last $\gamma$ and $\beta$, not by what the sub-layers added: the norms are
+# alike across positions within a layer, but they change from layer to layer as the learned gains do. The cell
+# prints each layer's $\sqrt{\lVert\gamma\rVert^2 + \lVert\beta\rVert^2}$ beside its mean norm (the size a
+# normalised vector would get if its coordinates were independent of $\gamma$): the two rank the layers alike.
 
 # %%
 mask = model.src_mask(src)                                   # (1, 1, 1, S) True = may attend
 x = x0
 norms = [x0[0].norm(dim=-1)]
+gain_sizes = []                                              # sqrt(|γ|² + |β|²) of each layer's last LayerNorm
 for i, layer in enumerate(model.encoder_layers):
     x = layer(x, mask)                                       # (1, S, D)
     norms.append(x[0].norm(dim=-1))
-    print(f"after encoder layer {i}: shape {tuple(x.shape)}, position norms {np.round(norms[-1].numpy(), 1)}")
+    last_ln = [m for m in layer.modules() if isinstance(m, torch.nn.LayerNorm)][-1]
+    gain_sizes.append(float((last_ln.weight.pow(2).sum() + last_ln.bias.pow(2).sum()).sqrt()))
+    print(f"after encoder layer {i}: shape {tuple(x.shape)}, position norms {np.round(norms[-1].numpy(), 1)}; "
+          f"mean {float(norms[-1].mean()):.1f}, the last LayerNorm's √(|γ|²+|β|²) = {gain_sizes[-1]:.1f}")
+layer_means = [float(n.mean()) for n in norms[1:]]
+norms_follow_gains = bool(np.array_equal(np.argsort(layer_means), np.argsort(gain_sizes)))
+print("the layers' mean norms rank as their LayerNorm gains do:", norms_follow_gains)
+metrics.update(layer_mean_norms=layer_means, layer_gain_sizes=gain_sizes, norms_follow_gains=norms_follow_gains)
 memory = model.encoder_norm(x)                               # identity for post-LN
 encoder_error = float((memory - model.encode(src)).abs().max())
 print(f"memory {tuple(memory.shape)}; by hand vs model.encode: max difference {encoder_error:.2e}")
@@ -195,7 +208,10 @@ metrics.update(cache_bytes_match=held == formula, cache_bytes_final=held[-1], ma
 #
 # Beam search keeps the `BEAM` best partial translations (by summed log-probability) instead of one. At every step each
 # one proposes its best extensions; the best `BEAM` of all proposals survive (blue), the others are pruned (grey,
-# dotted), and a hypothesis that emits `<eos>` is finished (green) and waits, its score frozen. The search stops when
+# dotted), and a hypothesis that emits `<eos>` is finished (green) and waits, its score frozen. A finished
+# hypothesis keeps its slot in the beam: with two of the `BEAM` slots finished, only the other two are extended at
+# the next step, until a better-scoring extension pushes a finished one out (the same rule as `beam_search`; the
+# other common variant, `keep_finished=True`, keeps finished hypotheses aside instead). The search stops when
 # no unfinished hypothesis can still beat the best finished one, and returns the finished hypothesis with the best
 # length-normalised score $\log P(Y) / lp(Y)$, $lp(Y) = ((5 + |Y|)/6)^\alpha$ (the paper's §6.1, from GNMT). Hover a
 # node for its whole hypothesis and scores; the red path is the winner, the dashed line where the search stops.
@@ -238,6 +254,11 @@ metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=l
 # with α (the search's choices compare plain summed log-probabilities); only where it stops and which one it returns
 # do. Below: the two α values side by side, every finished hypothesis's normalised score as α runs from 0 to 3 (the
 # black dots mark the one returned), and a slider that re-ranks them live.
+#
+# Compare the two winners word by word (the cell prints the words one has and the other lacks). A short winner at
+# a small α often *drops* part of the source, sometimes a whole phrase: each extra word costs
+# log-probability, and a weak length penalty does not pay that back. This under-translation is what a larger α, or
+# GNMT's coverage penalty (which the paper does not use), counters; BLEU's brevity penalty punishes it only weakly.
 
 # %%
 ranking_other, line_other = describe(ALPHA_OTHER)
@@ -256,6 +277,9 @@ agree = [trace.hypothesis(rerank(trace, a).winner) ==
 print(f"re-ranking agrees with a fresh beam_search at α in {checked}: {agree}")
 changes = ranking.winner != ranking_other.winner
 print(f"α = {ALPHA:g} and α = {ALPHA_OTHER:g} return {'different' if changes else 'the same'} translations")
+w_a, w_b = text(trace.hypothesis(ranking.winner)).split(), text(trace.hypothesis(ranking_other.winner)).split()
+print(f"words of the α = {ALPHA_OTHER:g} winner missing from the α = {ALPHA:g} winner: {[w for w in w_b if w not in w_a]}; "
+      f"the other way: {[w for w in w_a if w not in w_b]}")
 metrics.update(rerank_agrees_at=dict(zip([str(a) for a in checked], agree)), winner_changes=changes,
                winner_alpha_other=text(trace.hypothesis(ranking_other.winner)),
                n_distinct_winners=len({r.winner for r in rankings}))
@@ -273,12 +297,19 @@ LengthPenaltyExplorer(trace, lambda ids: tok.decode_tgt([ids])[0], alpha=ALPHA)
 # watch the translation fall apart. To open it here, run
 # `AttentionInspector(model, tok, sentence=SENTENCE, beam=4, card=card)` after
 # `from workbench.viz.widgets import AttentionInspector`.
+#
+# Compare the two winners word by word (the cell prints the words one has and the other lacks). A short winner at
+# a small α often *drops* part of the source, sometimes a whole phrase: each extra word costs
+# log-probability, and a weak length penalty does not pay that back. This under-translation is what a larger α, or
+# GNMT's coverage penalty (which the paper does not use), counters; BLEU's brevity penalty punishes it only weakly.
 
 # %%
 with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1, ensure_ascii=False)
 # the hand-built embedding and encoder are the model's (float32 rounding only)
 assert metrics["embed_error"] < 1e-5 and metrics["encoder_error"] < 1e-4
+# each layer's output size follows its LayerNorm's learned gain and bias, not one size for all layers
+assert metrics["norms_follow_gains"]
 # greedy's trace is greedy decoding: the same tokens, each the top-1 of its step; every cross row is a distribution
 assert metrics["greedy_trace_equals_greedy_decode"] and metrics["top1_is_emitted"] and metrics["cross_row_sum_error"] < 1e-5
 # the cache holds what the formula says, changes nothing, and saves work; the FLOP counter agrees with the formula

@@ -63,12 +63,24 @@ print(f"{len(train)} training pairs, {len(val)} validation pairs")
 # BPE (Sennrich et al., 2016) starts from single characters. It counts every pair of adjacent symbols in the corpus
 # (each word weighted by how often it occurs), merges the most frequent pair into one new symbol everywhere, and
 # repeats until the vocabulary has the size asked for. Frequent words end up as one symbol, rare words as several
-# pieces, and no word is ever out of vocabulary as long as its characters are known. Words are first split on
-# spaces, each marked with `▁` at its start, so a piece that begins a word differs from the same letters inside one.
+# pieces, and no word is ever out of vocabulary as long as its characters are known. To split a new word, the
+# merges are applied in the order they were learned (not by looking for the longest known piece, which is
+# WordPiece's rule).
+#
+# Two details differ from Sennrich et al. They ran BPE on *tokenized* text, punctuation already split from the words,
+# and marked the *end* of each word (`</w>`). The workbench, like SentencePiece and the `tokenizers` library's
+# Metaspace, splits on spaces only and marks the *start* of each word with `▁`, so a piece that begins a word differs
+# from the same letters inside one, and punctuation stays glued to its word: in Multi30k's captions "Gras." is one
+# word, and its period ends up inside a piece. Feed the tokenizer text written the way its training text was: a
+# sentence typed with a detached " ." is rare in these captions (the cell below counts it), so its pieces are not
+# the ones the model saw in training.
 #
 # A toy corpus: five words in different numbers. Watch the first merges build the frequent endings.
 
 # %%
+detached = sum(s.rstrip().endswith(" .") for s, _ in load_multi30k("train", "de", "en"))
+print(f"German training captions that end in a detached ' .': {detached} of 29000")
+metrics.update(detached_period_sentences=detached)
 toy = ["low " * 5 + "lower " * 2 + "newest " * 6 + "widest " * 3 + "lowest"]
 learned = learn_merges(toy, vocab_size=30, min_frequency=2)
 words = sorted(set(pre_tokenize(toy[0])))
@@ -151,8 +163,9 @@ metrics.update(vocab_sizes=list(sizes), mean_src_pieces=mean_src, mean_tgt_piece
 # The shipped model shares one matrix three ways (§3.4): the source embedding, the target embedding and the output
 # projection. That only makes sense if id *i* means the same piece on both sides, so the tokenizer must learn one
 # vocabulary from German and English together. German and English share many pieces: names, numbers, punctuation,
-# loan words. With two separate vocabularies id *i* is usually a different string on each side, and the model refuses
-# to tie them.
+# loan words. With two separate vocabularies id *i* is usually a different string on each side. Two separate
+# vocabularies can still have the same *size* (2,000 pieces each, below): a check of the sizes alone would tie them
+# silently, so `build_model` takes the tokenizer and checks that every id names the same piece on both sides.
 
 # %%
 V = 8000
@@ -167,8 +180,12 @@ print(f"joint vocabulary of {joint.src_vocab_size}: {len(used_de)} pieces used b
       f"{len(shared)} by both, e.g. {sorted(p for p in (joint.id_to_token(i, 'src') for i in shared) if p.startswith('▁') and p[1:].isalpha() and len(p) > 4)[:12]}")
 print(f"separate vocabularies ({separate.src_vocab_size} German, {separate.tgt_vocab_size} English): the same id is the "
       f"same piece on both sides for {same_id_same_piece} of {min(separate.src_vocab_size, separate.tgt_vocab_size) - 4} ids")
+equal = SubwordTokenizer.train(train, vocab_size=2000, joint=False)  # two separate vocabularies, both full
+sizes_equal = equal.src_vocab_size == equal.tgt_vocab_size
+print(f"separate vocabularies of {equal.src_vocab_size} and {equal.tgt_vocab_size} pieces: equal sizes {sizes_equal}")
+wb.build_model(wb.preset("small", tie_src_tgt=True), equal.src_vocab_size, equal.tgt_vocab_size)  # sizes only: ties
 try:
-    wb.build_model(wb.preset("small", tie_src_tgt=True), separate.src_vocab_size, separate.tgt_vocab_size + 1)
+    wb.build_model(wb.preset("small", tie_src_tgt=True), equal.src_vocab_size, equal.tgt_vocab_size, tokenizer=equal)
     refused = False
 except wb.ConfigError as exc:
     refused = True
@@ -179,7 +196,7 @@ saved = wb.count_parameters(untied) - wb.count_parameters(tied)
 print(f"tying three ways saves {saved:,} parameters = 2·V·d = {2 * joint.src_vocab_size * 256:,} "
       f"({saved / wb.count_parameters(untied):.0%} of the untied model)")
 metrics.update(shared_pieces=len(shared), separate_same_id_same_piece=same_id_same_piece,
-               mismatched_tying_refused=refused, tying_saves=saved, tying_saves_formula=2 * joint.src_vocab_size * 256)
+               separate_sizes_equal=sizes_equal, mismatched_tying_refused=refused, tying_saves=saved, tying_saves_formula=2 * joint.src_vocab_size * 256)
 
 # %% [markdown]
 # ## Padding, length bucketing and token budgets
@@ -198,6 +215,10 @@ metrics.update(shared_pieces=len(shared), separate_same_id_same_piece=same_id_sa
 # backward passes of a narrow model (1+1 layers, d_model 128, so the timing fits in the lesson) over all the batches:
 # same sentences, same model; the batchings alternate and the median of `REPEATS` passes counts.
 
+equal = SubwordTokenizer.train(train, vocab_size=2000, joint=False)  # two separate vocabularies, both full
+sizes_equal = equal.src_vocab_size == equal.tgt_vocab_size
+print(f"separate vocabularies of {equal.src_vocab_size} and {equal.tgt_vocab_size} pieces: equal sizes {sizes_equal}")
+wb.build_model(wb.preset("small", tie_src_tgt=True), equal.src_vocab_size, equal.tgt_vocab_size)  # sizes only: ties
 # %%
 _, shipped_tok, _ = wb.pretrained("small-de-en")
 
@@ -279,8 +300,13 @@ metrics.update(padding_fraction={k: v["padding_fraction"] for k, v in stats.item
 # %% [markdown]
 # Sorting by length removes most of the padding; the token budget then also evens out the work per batch (short
 # sentences travel in large batches, long ones in small), which is what lets the paper fix the batch size in tokens
-# rather than sentences. Bucketing has a price the numbers do not show: batches of similar sentences are less random,
-# which is why the batch order is shuffled every epoch.
+# rather than sentences. Bucketing has a price the numbers do not show: each batch holds sentences of one length, so
+# its gradient is less representative of the data than a random batch's. Shuffling the *order* of the batches every
+# epoch does not undo that: it changes which batch comes when, not what is inside a batch. `token_batches` also
+# breaks ties in length at random each epoch, so sentences of the same length change batches from one epoch to the
+# next, but every batch still holds sentences of about one length. Sorting within a random window (shuffle, cut into
+# large chunks, sort each chunk, then batch) or adding noise to the lengths before sorting mixes lengths more, at a
+# cost in padding.
 
 # %%
 with open("metrics.json", "w") as f:
@@ -291,8 +317,9 @@ assert metrics["toy_merges_match"] and metrics["multi30k_merges_match"] and metr
 assert all(a > b for a, b in zip(metrics["mean_src_pieces"], metrics["mean_src_pieces"][1:]))
 # and captions stay far shorter than the model is wide (attention the small part of a layer, lesson 10)
 assert metrics["max_n_over_d"] < 0.5
-# tying needs the joint vocabulary: the two sides share pieces; separate vocabularies are refused; 2·V·d saved
-assert metrics["shared_pieces"] > 100 and metrics["mismatched_tying_refused"]
+# tying needs the joint vocabulary: the two sides share pieces; separate vocabularies are refused, by their pieces
+# and not only by their sizes (the refused pair has two vocabularies of equal size); 2·V·d saved
+assert metrics["shared_pieces"] > 100 and metrics["mismatched_tying_refused"] and metrics["separate_sizes_equal"]
 assert metrics["tying_saves"] == metrics["tying_saves_formula"]
 # sorting by length cuts padding, and a token budget keeps it as low
 pf = metrics["padding_fraction"]

@@ -133,6 +133,20 @@ def test_offline_notebook_leaves_nothing_that_reaches_the_network():
     assert "5/10 [00:01&lt;00:01]" in progress and "█" * 10 + " " * 10 in progress
 
 
+def test_figures_wider_than_the_column_take_its_width():
+    from workbench.tools.book_pages import fit_column, plotly_html
+    from workbench.viz.figures import PAGE_WIDTH
+
+    wide = {"width": PAGE_WIDTH + 400, "height": 500, "autosize": False, "title": {"text": "t"}}
+    fitted = fit_column(wide)
+    assert "width" not in fitted and fitted["autosize"] is True and fitted["height"] == 500
+    assert wide["width"] == PAGE_WIDTH + 400  # the caller's layout is left alone
+    narrow = {"width": PAGE_WIDTH - 100, "height": 300}
+    assert fit_column(narrow) == narrow
+    out = plotly_html({"data": [{"type": "bar", "y": [1, 2]}], "layout": wide})
+    assert f'"width":{PAGE_WIDTH + 400}' not in out.replace(" ", "") and '"responsive":true' in out.replace(" ", "")
+
+
 def test_closing_checks_say_which_asserts_held_failed_or_did_not_run():
     nb = _executed_notebook()
     checks = book_pages.closing_checks(nb)
@@ -207,6 +221,14 @@ def smoke_book(tmp_path_factory, smoke_runs):
     return result
 
 
+# every drawn plotly figure ends inside the article's column (nothing to scroll sideways); returns the offenders
+FIGURES_PAST_THE_COLUMN = """() => {
+  const col = (document.querySelector('article.bd-article') || document.querySelector('main')).getBoundingClientRect();
+  return Array.from(document.querySelectorAll('div.plotly-graph-div')).map(d => {
+    const svg = d.querySelector('.main-svg'); const r = (svg || d).getBoundingClientRect();
+    return [(d.layout && d.layout.title && d.layout.title.text || '').slice(0, 50), Math.round(r.right), Math.round(col.right)];
+  }).filter(x => x[1] > x[2] + 1);
+}"""
 WAIT_MATH = "() => !document.querySelector('script[src*=\"mathjax\"]') || (window.MathJax && MathJax.startup && MathJax.startup.promise)"
 
 
@@ -230,6 +252,8 @@ def test_smoke_book_reads_offline(smoke_book, browser, tmp_path):
             drawn = page.evaluate("() => Array.from(document.querySelectorAll('div.plotly-graph-div'))"
                                   ".filter(d => d.querySelector('.main-svg')).length")
             assert drawn == divs, f"{path.name}: {drawn} of {divs} plotly figures drew their SVG"
+            over = page.evaluate(FIGURES_PAST_THE_COLUMN)
+            assert not over, f"{path.name}: figures wider than the book's column (right edge, column's): {over}"
             has_math = 'class="math' in path.read_text(encoding="utf-8")
             rendered = page.evaluate("() => document.querySelectorAll('mjx-container').length")
             if has_math:

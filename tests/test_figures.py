@@ -116,6 +116,25 @@ def test_head_grid_layers_by_heads_with_shared_scale():
     assert [a.text for a in fig.layout.annotations][:2] == ["enc 0 · head 0", "enc 0 · head 1"]
 
 
+def test_head_grid_wraps_heads_to_fit_a_width():
+    w = softmax(2, 8, 5, 5)
+    wide = figures.head_grid(w, TGT, SRC, layer_labels=["a", "b"])
+    assert wide.layout.width > figures.PAGE_WIDTH  # one row of eight heads per layer does not fit the page
+    fig = figures.head_grid(w, TGT, SRC, layer_labels=["a", "b"], max_width=figures.PAGE_WIDTH)
+    assert fig.layout.width <= figures.PAGE_WIDTH and fig.layout.height > wide.layout.height
+    assert len(fig.data) == 16 and n_subplots(fig) >= 16  # each layer's eight heads on rows of equal length
+
+    def column(trace):  # the x domain of a trace's subplot
+        return tuple(fig.layout["xaxis" + trace.xaxis[1:]].domain)
+
+    assert fig.data[1 * 8 + 5].hovertemplate.startswith("b · head 5<br>")  # trace l * H + h is still layer l, head h
+    np.testing.assert_allclose(np.asarray(fig.data[13].z), w[1, 5].numpy(), rtol=1e-6)
+    assert column(fig.data[8]) == column(fig.data[0])  # layer b starts a new row, in the first column
+    assert len({column(t) for t in fig.data}) < 8  # fewer columns than heads: wrapped
+    same = figures.head_grid(w, TGT, SRC, layer_labels=["a", "b"], max_width=10_000)
+    assert same.layout.width == wide.layout.width  # room enough: no wrap
+
+
 def test_head_grid_single_layer():
     fig = figures.head_grid(softmax(4, 3, 5).numpy(), None, SRC)
     assert len(fig.data) == 4 and n_subplots(fig) == 4

@@ -30,6 +30,19 @@ def test_entropy_and_confidence_on_known_patterns():
     assert conf.tolist() == pytest.approx([1 / T, 1.0])
 
 
+def test_normalised_entropy_does_not_depend_on_the_number_of_keys():
+    short, long = torch.full((1, 1, 3, 4), 1 / 4), torch.full((1, 1, 3, 9), 1 / 9)  # uniform over 4 and over 9 keys
+    assert head_entropy(short).item() != pytest.approx(head_entropy(long).item())  # raw entropy grows with log n
+    assert head_entropy(short, normalise=True).item() == pytest.approx(1.0)
+    assert head_entropy(long, normalise=True).item() == pytest.approx(1.0)
+    causal = torch.tril(torch.ones(4, 4))
+    causal = (causal / causal.sum(-1, keepdim=True))[None, None]  # uniform over the allowed prefix, zeros after
+    assert head_entropy(causal, normalise=True).item() == pytest.approx(1.0)  # row 0 (one key) is left out
+    peaked = torch.tensor([[[[0.97, 0.01, 0.01, 0.01]]]])
+    value = head_entropy(peaked, normalise=True).item()
+    assert 0 < value < 0.2 and value == pytest.approx(head_entropy(peaked).item() / math.log(4))
+
+
 def test_positional_score_finds_previous_token_head():
     T = 5
     prev = torch.zeros(1, 1, T, T)

@@ -112,6 +112,27 @@ def test_weight_tying():
         build_model(preset("tiny", tie_src_tgt=True), 30, 40)
 
 
+def test_tying_checks_that_the_two_vocabularies_are_one_not_only_of_one_size():
+    from workbench.translation.tokenizer import SubwordTokenizer
+
+    pairs = [("ein hund läuft im schnee", "a dog runs in the snow"), ("zwei katzen schlafen", "two cats sleep"),
+             ("ein mann fährt rad", "a man rides a bike")] * 3
+    separate = SubwordTokenizer.train(pairs, vocab_size=40, joint=False)
+    V = separate.src_vocab_size
+    assert separate.tgt_vocab_size == V  # same size: the size check alone cannot tell them apart
+    build_model(preset("tiny", tie_src_tgt=True), V, V)  # without the tokenizer only sizes are known: accepted
+    with pytest.raises(ConfigError, match=r"id \d+ is '.*' in the source vocabulary and '.*' in the target one"):
+        build_model(preset("tiny", tie_src_tgt=True), V, V, tokenizer=separate)
+    build_model(preset("tiny", tie_src_tgt=False, tie_output=True), V, V, tokenizer=separate)  # untied: fine
+    joint = SubwordTokenizer.train(pairs, vocab_size=60, joint=True)
+    J = joint.src_vocab_size
+    model = build_model(preset("tiny", tie_src_tgt=True), J, J, tokenizer=joint)
+    assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
+    with pytest.raises(ConfigError, match="pass the tokenizer's sizes"):
+        build_model(preset("tiny", tie_src_tgt=True), J + 1, J + 1, tokenizer=joint)
+
+
+
 def _paper_count(cfg, vocab):
     """Parameters of the paper's model written out from its equations: one shared V x d matrix (section 3.4),
     attention W^Q, W^K, W^V, W^O with biases, a two-layer feed-forward network with biases, LayerNorm gain and

@@ -24,14 +24,23 @@ def _valid_rows(weights: Tensor) -> Tensor:
     return weights.sum(-1) > 0  # (B, H, Tq): rows that attended to something (not padding queries)
 
 
-def head_entropy(weights: Tensor, query_mask: Tensor | None = None) -> Tensor:
+def head_entropy(weights: Tensor, query_mask: Tensor | None = None, normalise: bool = False) -> Tensor:
     """Mean entropy (nats) of each head's attention distributions.
+
+    With ``normalise=True`` each row's entropy is divided by the largest it could have, ``log n`` for a row that may
+    attend to ``n`` keys (those with a weight above zero: masked keys get exactly zero), so 0 means one key and 1
+    means uniform whatever the sentence's length; rows with a single key are left out. Use it to compare heads
+    across tokenizers that cut the same sentence into different numbers of pieces.
 
     Shapes:
         weights (B, H, Tq, Tk), query_mask (B, Tq) True at real queries -> (H,)
     """
     ent = -(weights * weights.clamp_min(1e-12).log()).sum(-1)  # (B, H, Tq)
     valid = _valid_rows(weights)
+    if normalise:
+        n_keys = (weights > 0).sum(-1)  # (B, H, Tq) keys each row may attend to
+        valid = valid & (n_keys > 1)
+        ent = ent / n_keys.clamp_min(2).to(ent.dtype).log()
     if query_mask is not None:
         valid = valid & query_mask[:, None, :]
     return (ent * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -274,11 +275,51 @@ class Transformer(nn.Module):
         return self.generator(hidden) if project else hidden
 
 
-def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0) -> Transformer:
-    """The model factory: a :class:`Transformer` with Xavier-initialised projections."""
+def check_tied_vocabulary(cfg: ModelConfig, tokenizer: Any) -> None:
+    """Refuse to tie the source and target embeddings (``cfg.tie_src_tgt``) over two vocabularies that are not one.
+
+    Equal sizes are not enough: two vocabularies learned separately can both hold 8,000 pieces while id *i* is
+    "▁Hund" on one side and "▁dog" on the other. Every id must name the same piece on both sides.
+
+    Args:
+        cfg: the model's config (nothing is checked when it does not tie source and target).
+        tokenizer: anything with ``src_vocab_size``, ``tgt_vocab_size`` and ``id_to_token(i, side)``.
+
+    Raises:
+        ConfigError: the sizes differ, or an id names different pieces on the two sides (the first one is named).
+    """
+    if not cfg.tie_src_tgt:
+        return
+    src_size, tgt_size = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size
+    if src_size != tgt_size:
+        raise ConfigError(f"tie_src_tgt=True needs one joint vocabulary, but the tokenizer has {src_size} source and "
+                          f"{tgt_size} target ids: train a joint tokenizer or set tie_src_tgt=False")
+    for i in range(src_size):
+        src_piece, tgt_piece = tokenizer.id_to_token(i, "src"), tokenizer.id_to_token(i, "tgt")
+        if src_piece != tgt_piece:
+            raise ConfigError(f"tie_src_tgt=True needs one joint vocabulary, but id {i} is {src_piece!r} in the source "
+                              f"vocabulary and {tgt_piece!r} in the target one (same size, different vocabularies): "
+                              "train a joint tokenizer (joint=True) or set tie_src_tgt=False")
+
+
+def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
+                tokenizer: Any = None) -> Transformer:
+    """The model factory: a :class:`Transformer` with Xavier-initialised projections.
+
+    Args:
+        tokenizer: the tokenizer the model will read (optional): its sizes must be the ones given, and a model that
+            ties source and target embeddings is refused unless its two sides are one vocabulary
+            (:func:`check_tied_vocabulary`). Without it only the sizes can be checked.
+    """
     for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
         if not isinstance(value, int) or value <= pad_id:
             raise ValueError(f"invalid {name}={value!r}: use the tokenizer's vocabulary size (> pad_id={pad_id})")
+    if tokenizer is not None:
+        sizes = (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+        if sizes != (src_vocab_size, tgt_vocab_size):
+            raise ConfigError(f"the tokenizer has {sizes[0]} source and {sizes[1]} target ids, but the model was asked "
+                              f"for {src_vocab_size} and {tgt_vocab_size}: pass the tokenizer's sizes")
+        check_tied_vocabulary(cfg, tokenizer)
     model = Transformer(cfg, src_vocab_size, tgt_vocab_size, pad_id)
     for name, p in model.named_parameters():
         if p.dim() > 1 and "tokens" not in name and "embedding" not in name and "generator" not in name:

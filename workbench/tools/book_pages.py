@@ -103,13 +103,31 @@ def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = N
 
 
 # -- making a notebook offline ------------------------------------------------------------------------------------
+def fit_column(layout: dict[str, Any], column: int | None = None) -> dict[str, Any]:
+    """``layout`` made to fit the book's column: a figure wider than ``column`` pixels (default
+    :data:`workbench.viz.figures.PAGE_WIDTH`) loses its fixed width and takes the column's (its height is kept, so
+    heatmap cells get narrower, never cut); narrower figures are returned unchanged."""
+    from workbench.viz.figures import PAGE_WIDTH
+
+    column = PAGE_WIDTH if column is None else column
+    width = layout.get("width")
+    if not isinstance(width, (int, float)) or width <= column:
+        return layout
+    fitted = {k: v for k, v in layout.items() if k != "width"}
+    fitted["autosize"] = True
+    return fitted
+
+
 def plotly_html(figure: dict[str, Any]) -> str:
-    """A ``<div>`` that draws a plotly figure with the page's plotly.js (no plotly.js, no MathJax, no CDN)."""
+    """A ``<div>`` that draws a plotly figure with the page's plotly.js (no plotly.js, no MathJax, no CDN), no wider
+    than the book's column (:func:`fit_column`)."""
     import plotly.io as pio
 
     fig = {k: figure[k] for k in ("data", "layout", "frames") if k in figure}
+    fig["layout"] = fit_column(dict(fig.get("layout") or {}))
+    config = {"responsive": True, **(figure.get("config") or {})}
     return pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False, validate=False,
-                       default_width="100%", default_height=525, config=figure.get("config") or {})
+                       default_width="100%", default_height=525, config=config)
 
 
 def _note(text: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.viz.figures import FigureInputError, _esc, _to_numpy
+from workbench.viz.figures import PAGE_WIDTH, FigureInputError, _esc, _to_numpy
 
 __all__ = ["STATUS_COLORS", "alpha_figure", "beam_tree_figure", "kv_cache_figure", "topk_figure"]
 
@@ -89,10 +89,12 @@ def beam_tree_figure(trace: Any, token_label: Callable[[int], str], ranking: Any
                 extra += f"<br>pushed out of the beam at step {left}"
             symbols.append("x" if left is not None else "circle")
             hover.append(f"step {n.step}: {text}<br>log P = {n.logp:.3f}<br>{status}{extra}")
+        # pruned nodes carry no label (their tokens stack into an unreadable column): hover names them
+        labels = [("" if status == "pruned" else _esc(token_label(n.token))) if n.id else "&lt;bos&gt;" for n in nodes]
         fig.add_trace(go.Scatter(
-            x=[n.step for n in nodes], y=[y[n.id] for n in nodes], mode="markers+text", name=status,
-            text=[_esc(token_label(n.token)) if n.id else "&lt;bos&gt;" for n in nodes], textposition="top center",
-            textfont=dict(size=10, color="#1a202c" if status != "pruned" else "#718096"),
+            x=[n.step for n in nodes], y=[y[n.id] for n in nodes], mode="markers+text",
+            name=status,
+            text=labels, textposition="top center", textfont=dict(size=9, color="#1a202c"),
             marker=dict(size=9 if status != "pruned" else 6, color=STATUS_COLORS[status], symbol=symbols),
             hovertext=hover, hoverinfo="text"))
     if ranking is not None:
@@ -100,7 +102,7 @@ def beam_tree_figure(trace: Any, token_label: Callable[[int], str], ranking: Any
                       annotation_text=f"stops (α = {ranking.alpha:g})", annotation_position="top")
     n_rows = max(y.values()) + 1
     fig.update_layout(title=title, height=int(min(900, max(360, 26 * n_rows + 120))),
-                      width=int(min(1400, max(600, 90 * trace.steps + 160))), plot_bgcolor="white",
+                      width=int(min(PAGE_WIDTH, max(600, 90 * trace.steps + 160))), plot_bgcolor="white",
                       legend=dict(orientation="h", y=-0.12))
     fig.update_xaxes(title_text="step (tokens after bos)", dtick=1, showgrid=False)
     fig.update_yaxes(visible=False, autorange="reversed")

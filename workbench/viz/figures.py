@@ -101,6 +101,7 @@ def setup_offline_renderer() -> str:
     return pio.renderers.default
 
 
+PAGE_WIDTH = 700  # pixels: the widest a figure fits the book's column (sphinx-book-theme, 1300 px window)
 TITLE_CHAR_PX = 8.5  # average width of a title character at plotly's default 17 px title font
 
 
@@ -298,8 +299,12 @@ def head_grid(
     cell_px: int = 170,
     zmax: float = 1.0,
     max_tick_labels: int = 12,
+    max_width: int | None = None,
 ) -> go.Figure:
     """Every head of every layer as small heatmaps: rows = layers, columns = heads, one shared colour scale.
+
+    With ``max_width`` (pixels, e.g. :data:`PAGE_WIDTH`, the book's column) a layer whose heads do not fit one row
+    wraps onto several rows of equal length, so the figure is never wider than ``max_width``.
 
     Tokens label the outer axes (left column, bottom row), at most ``max_tick_labels`` per axis; every cell
     hovers with its layer, head, tokens and weight. Traces are in row-major order: trace ``l * H + h`` is
@@ -313,6 +318,7 @@ def head_grid(
         cell_px: size of one subplot in pixels.
         zmax: top of the shared colour scale.
         max_tick_labels: most tick labels on an outer axis.
+        max_width: the widest the figure may be (None: one row of all heads per layer, however wide).
 
     Shapes:
         weights: (L, H, Tq, Tk) or (H, Tq, Tk)
@@ -330,9 +336,16 @@ def head_grid(
         if len(rows) != L:
             raise FigureInputError(f"layer_labels has {len(rows)} names for {L} layers; give one per layer")
     names = [f"{rows[i]} · head {h}" if rows[i] else f"head {h}" for i in range(L) for h in range(H)]
+    left, bottom = _label_px(q, 5.5, 30, 160), _label_px(k, 5.5, 30, 160)
+    cols = H
+    if max_width is not None and left + 90 + H * cell_px > max_width:
+        fit = max(1, (max_width - left - 90) // cell_px)
+        cols = math.ceil(H / math.ceil(H / fit))  # rows of equal length: 8 heads in 4 + 4, not 5 + 3
+    per_layer = math.ceil(H / cols)  # rows of subplots per layer
+    n_rows = L * per_layer
     fig = make_subplots(
-        rows=L, cols=H, subplot_titles=names, shared_xaxes=True, shared_yaxes=True,
-        horizontal_spacing=min(0.02, 0.5 / max(1, H - 1)), vertical_spacing=min(0.06, 0.5 / max(1, L - 1)),
+        rows=n_rows, cols=cols, subplot_titles=names, shared_xaxes=True, shared_yaxes=True,
+        horizontal_spacing=min(0.02, 0.5 / max(1, cols - 1)), vertical_spacing=min(0.06, 0.5 / max(1, n_rows - 1)),
     )
     hover = _hover(q, k)
     for i in range(L):
@@ -340,12 +353,11 @@ def head_grid(
             fig.add_trace(go.Heatmap(
                 z=w[i, h], x=list(range(Tk)), y=list(range(Tq)), coloraxis="coloraxis", customdata=hover,
                 hovertemplate=f"{names[i * H + h]}<br>{HOVER_TEMPLATE}",
-            ), row=i + 1, col=h + 1)
-    left, bottom = _label_px(q, 5.5, 30, 160), _label_px(k, 5.5, 30, 160)
+            ), row=i * per_layer + h // cols + 1, col=h % cols + 1)
     fig.update_layout(
         title=title, coloraxis={"colorscale": COLORSCALE, "cmin": 0.0, "cmax": zmax,
                                 "colorbar": {"title": {"text": "weight", "side": "right"}, "thickness": 14}},
-        width=left + 90 + H * cell_px, height=(70 if title else 45) + bottom + L * cell_px, autosize=False,
+        width=left + 90 + cols * cell_px, height=(70 if title else 45) + bottom + n_rows * cell_px, autosize=False,
         margin={"l": left, "r": 90, "t": 70 if title else 45, "b": bottom}, plot_bgcolor="white",
     )
     fig.update_xaxes(tickangle=-60, tickfont={"size": 9}, showgrid=False, **_token_axis(k, max_tick_labels))
