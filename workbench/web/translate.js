@@ -8,7 +8,9 @@ import { Tokenizer } from "./tokenizers.min.mjs";
 const BASE = new URL(".", import.meta.url);
 const $ = (id) => document.getElementById(id);
 const t0 = performance.now();
-export const timing = { model_loaded_ms: null, first_translation_ms: null, last_translation_ms: null };
+// milliseconds since this script started: files fetched, encoder session made, both made, first translation done
+export const timing = { fetched_ms: null, encoder_session_ms: null, model_loaded_ms: null, first_translation_ms: null,
+                        last_translation_ms: null };
 
 async function fetchBytes(name) {
   const r = await fetch(new URL(name, BASE));
@@ -39,7 +41,9 @@ async function load() {
     // fold the int8 weights' DequantizeLinear nodes at load, as workbench.bridges.onnx.SESSION_CONFIG does
     extra: { session: { disable_quant_qdq: "1" } },
   };
+  timing.fetched_ms = performance.now() - t0;
   const encoder = await ort.InferenceSession.create(enc, options);
+  timing.encoder_session_ms = performance.now() - t0;
   const decoder = await ort.InferenceSession.create(dec, options);
   const src = makeTokenizer(tok.src);
   const tgt = tok.tgt ? makeTokenizer(tok.tgt) : src;
@@ -144,6 +148,18 @@ async function greedy(m, srcIds, off) {
   return { ids, weights };
 }
 
+function topK(a, K) {  // indices of the K largest values, largest first (the lower index first on a tie)
+  const best = [];
+  for (let k = 0; k < a.length; k++) {
+    if (best.length === K && a[k] <= a[best[K - 1]]) continue;
+    let j = best.length < K ? best.length : K - 1;
+    while (j > 0 && a[best[j - 1]] < a[k]) { if (j < K) best[j] = best[j - 1]; j--; }
+    best[j] = k;
+    if (best.length > K) best.length = K;
+  }
+  return best;
+}
+
 const lengthPenalty = (n, alpha) => Math.pow((5 + n) / 6, alpha);
 
 async function beamSearch(m, srcIds, off, K, alpha) {
@@ -159,8 +175,7 @@ async function beamSearch(m, srcIds, off, K, alpha) {
       if (done[b]) { cand.push([scores[b], b, i.pad_id]); continue; }       // a finished beam extends with padding
       if (over) { cand.push([scores[b], b, i.eos_id]); continue; }          // out of budget: it must end
       const lp = logSoftmax(r.logits, b * r.V, (b + 1) * r.V);
-      const top = Array.from(lp.keys()).sort((x, y) => lp[y] - lp[x] || x - y).slice(0, K);  // this beam's K best
-      for (const k of top) cand.push([scores[b] + lp[k], b, k]);
+      for (const k of topK(lp, K)) cand.push([scores[b] + lp[k], b, k]);  // this beam's K best extensions
     }
     cand.sort((x, y) => y[0] - x[0]);
     const keep = cand.slice(0, K);
