@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 WEB_SRC = Path(__file__).resolve().parents[1] / "web"
 PAGE = "translate"  # the page's name in the book (translate.md -> translate.html)
+EMBED = "_static/translate/embed.html"  # the widget alone, which lessons 09 and 14 show in an iframe
 TITLE = "Translate in your browser"
 NPM_FILES = {  # copied into _static/translate/: (package folder in node_modules, file in it)
     "ort.wasm.bundle.min.mjs": ("onnxruntime-web", "dist/ort.wasm.bundle.min.mjs"),
@@ -171,6 +172,9 @@ def add_page(src: str | Path, cache: str | Path | None = None) -> str | None:
         log.warning("book: built without the page '%s': %s", TITLE, exc)
         return None
     (src / f"{PAGE}.md").write_text(page_markdown(sizes), encoding="utf-8")
+    # the widget alone, for the lessons that embed it in an iframe (EMBED, relative to a page of the book)
+    (src / "_static" / "translate" / "embed.html").write_text(_html_page(widget_html(".."), "../plotly.min.js"),
+                                                               encoding="utf-8")
     return PAGE
 
 
@@ -182,14 +186,20 @@ def standalone_page(folder: str | Path, cache: str | Path | None = None) -> dict
     folder = Path(folder)
     sizes = build_assets(folder / "_static", cache=cache)
     shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", folder / "_static" / "plotly.min.js")
-    (folder / "index.html").write_text(f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{TITLE}</title>
-<script src="_static/plotly.min.js"></script></head>
-<body><h1>{TITLE}</h1>
-{widget_html()}
-</body></html>
-""", encoding="utf-8")
+    (folder / "index.html").write_text(_html_page(widget_html(), "_static/plotly.min.js", heading=True),
+                                       encoding="utf-8")
     return sizes
+
+
+def _html_page(widget: str, plotly_js: str, heading: bool = False) -> str:
+    title = f"<h1>{TITLE}</h1>\n" if heading else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{TITLE}</title>
+<script src="{plotly_js}"></script></head>
+<body style="font-family: sans-serif">{title}
+{widget}
+</body></html>
+"""
 
 
 __all__ = ["NodeMissing", "add_page", "build_assets", "node_modules", "page_markdown", "standalone_page"]
