@@ -21,9 +21,12 @@ from workbench.errors import (
 from workbench.inspect import heads  # noqa: F401  (submodules used as wb.heads..., wb.decode..., wb.train...)
 from workbench.inspect.attribution import Attribution, attribute, measure_agreement
 from workbench.inspect.capture import AttentionCache, capture_attention, hooks_remaining
+from workbench.inspect.contrastive import contrastive_attribution
+from workbench.inspect.das import das_sweep, train_das
 from workbench.inspect.flow import attention_flow, attention_rollout, decoder_attention_flow, decoder_rollout
 from workbench.inspect.inspection import inspect_translation, to_bertviz
 from workbench.inspect.intervene import ablate_heads, head_means, intervened_greedy
+from workbench.inspect.lens import TunedLens, logit_lens, train_tuned_lens
 from workbench.inspect.patching import (
     ActivationCache,
     Site,
@@ -42,6 +45,7 @@ from workbench.inspect.patching_sweeps import (
     sweep_position_groups,
     sweep_positions,
 )
+from workbench.inspect.sinks import sink_audit
 from workbench.lessons import complexity  # noqa: F401
 from workbench.model.attention import (
     KVCache,
@@ -122,6 +126,13 @@ __all__ = [
     "hooks_remaining",
     "list_pretrained",
     "intervened_greedy",
+    "logit_lens",
+    "TunedLens",
+    "train_tuned_lens",
+    "sink_audit",
+    "contrastive_attribution",
+    "das_sweep",
+    "train_das",
     "measure_agreement",
     "padding_mask",
     "patch",
