@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="notebooks graded at the same time")
     ap.add_argument("--modes", nargs="+", default=["checks", "full"], choices=["checks", "full"])
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook")
-    ap.add_argument("--json", default=None, help="result file (default bench/results/grade/grade-class-COMMIT.json)")
+    ap.add_argument("--json", default=None, help="result file (default: bench/results/grade/grade-class-<commit>.json)")
     args = ap.parse_args()
     record = provenance(["python", "bench/grade_class.py", *sys.argv[1:]])
     load_before = os.getloadavg()
