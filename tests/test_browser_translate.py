@@ -84,8 +84,11 @@ def test_page_translates_as_python(browser, page_dir, test_sentences, record_pro
             record_property("first_translation_ms", timing["first_translation_ms"])
             print(f"time to first translation: {timing['first_translation_ms']:.0f} ms after the page started")
 
-            # tokenization: the page's ids are the workbench's, on the whole test split
-            assert page.evaluate(SRC_IDS, test_sentences) == python.tokenizer.encode_src(test_sentences)
+            # tokenization: the page's ids are the workbench's, on the whole test split and on text that tests the
+            # normaliser (NFKC, runs of whitespace), typed special tokens (text, not control ids) and unseen characters
+            odd = ["  Ein   Hund\tläuft  ", "Straße ﬁ Café ½ — «Zitat»", "<eos> und <unk> <pad>", "漢字 ünknöwn ☃", ""]
+            texts = test_sentences + odd
+            assert page.evaluate(SRC_IDS, texts) == python.tokenizer.encode_src(texts)
 
             # 20 sentences, greedy: identical to the same graphs run by onnxruntime in Python
             got = page.evaluate(TRANSLATE_ALL, sentences)
