@@ -475,3 +475,28 @@ def test_a_notebook_that_stops_lists_its_exercises_not_run(tmp_path, monkeypatch
     assert [e["exercise"] for e in record["exercises"]] == IDS
     assert all(e["status"] == "not run" and e["message"] == why for e in record["exercises"])
     assert totals(book)[0]["notes"] == f"{NAME}: {why}"
+
+
+def test_masters_with_renamed_functions_and_a_failed_exercise_grade_as_the_lessons_run(tmp_path):
+    """03 calls its split `to_heads`, 07 its functions `rate_by_hand`, `smoothed_loss` ...: the grader finds them by
+    the exercise's function name; and after a failed exercise the later ones use the package's function under its
+    name, as the lesson does (02.attention calls the student's `attention_weights`)."""
+    require_sandbox()
+    cls = tmp_path / "class"
+    for who in ("master", "half"):
+        (cls / who).mkdir(parents=True)
+        for number in ("02", "03", "07"):
+            shutil.copy(next((REPO / "notebooks").glob(f"{number}_*.ipynb")), cls / who)
+    path = next((cls / "half").glob("02_*.ipynb"))
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if "exercise" in cell.metadata.get("tags", []) and "def attention_weights(" in cell.source:
+            cell.source = ("def attention_weights(q, k, mask=None):\n"
+                           "    return torch.softmax(q @ k.transpose(-2, -1), -1)  # unscaled, unmasked\n")
+    nbformat.write(nb, path)
+    book = grader.grade_class(cls, grader.GradeOptions(timeout=240))
+    master = statuses(book, "master")
+    assert set(master) >= {"03.split_heads", "07.rate", "07.label_smoothed_loss", "07.average_checkpoints"}
+    assert set(master.values()) == {"passed"}, master
+    half = statuses(book, "half")
+    assert half["02.attention_weights"] == "failed" and half["02.attention"] == "passed", half

@@ -38,12 +38,17 @@ def run_checks(job: dict[str, Any], folder: Path) -> None:
             errors.append(f"{statement['where']}: {type(exc).__name__}: {text}")
     (folder / "exec.json").write_text(json.dumps(errors))
     for k, exercise_id in enumerate(job["exercises"]):
-        fn = namespace.get(exercise_id.split(".", 1)[1])
+        name = ex.get(exercise_id).function_name
+        fn = namespace.get(name)
         observation = ex.observe(exercise_id, fn, seed=job["seed"], time_limit=job["time_limit"])
         if os.getpid() != pid:  # a child forked by the student's function: it writes nothing
             os._exit(0)
         torch.save(observation, folder / f"obs-{k}.tmp")
         os.replace(folder / f"obs-{k}.tmp", folder / f"obs-{k}.pt")
+        # as the lessons do: after a failed exercise, the later ones run with the package's function under its name
+        # (this judgement only chooses that; the grade is judged again by the grader, outside the sandbox)
+        if ex.judge(exercise_id, observation).status != ex.PASSED:
+            namespace[name] = ex.get(exercise_id).reference
 
 
 def run_notebook(job: dict[str, Any], folder: Path) -> None:

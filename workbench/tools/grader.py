@@ -244,7 +244,7 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
         record["predictions"] = [{"prediction": p, "status": NOT_RUN, "message": sub.note, "answer": None,
                                   "measured": None} for p in predictions]
         return record
-    got = extract(sub, [i.split(".", 1)[1] for i in ids], list(predictions.values()))
+    got = extract(sub, [_function_name(i) for i in ids], list(predictions.values()))
     for pid, variable in predictions.items():
         if variable in got.unreadable_answers:
             record["predictions"].append({"prediction": pid, "status": "unreadable",
@@ -260,11 +260,11 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
     if opts.mode == "full":
         stopped = _run_notebook(sub, folder, opts, tmp, hide)
         record["ran"] = stopped or "ran to the end"
-    present = [i for i in ids if i.split(".", 1)[1] not in got.missing]
+    present = [i for i in ids if _function_name(i) not in got.missing]
     observed, reasons, errors = ({}, {}, []) if stopped or not present else _observe(
         sub, got.statements, present, seed, opts, tmp, hide)
     for exercise_id in ids:
-        fn_name = exercise_id.split(".", 1)[1]
+        fn_name = _function_name(exercise_id)
         if fn_name in got.missing:
             record["exercises"].append(_row(exercise_id, MISSING, got.missing[fn_name]))
         elif stopped:
@@ -284,6 +284,13 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
             else:
                 record["exercises"].append(_row(exercise_id, "failed", why))
     return record
+
+
+def _function_name(exercise_id: str) -> str:
+    """The name the notebook gives the exercise's function (``to_heads`` for ``03.split_heads``)."""
+    from workbench.lessons import exercises as ex
+
+    return ex.get(exercise_id).function_name
 
 
 def grade_class(class_dir: str | Path, options: GradeOptions | None = None,
