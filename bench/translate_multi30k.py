@@ -35,7 +35,7 @@ BEAM = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from workbench.model.config import PRECISIONS
+    from workbench.runtime import PRECISIONS
     from workbench.translation.run import RECIPES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

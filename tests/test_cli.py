@@ -61,9 +61,10 @@ def _train_parser():
 def test_train_options_are_the_run_config_fields():
     """Every field of RunConfig and TrainConfig is a `train` option with the field's comment as its help and the
     field's default; preset and architecture choices come from the preset table and the registry."""
-    from workbench.model.config import PRESETS, TrainConfig, field_docs
+    from workbench.model.config import PRESETS, field_docs
     from workbench.model.registry import architectures
     from workbench.translation.run import RunConfig
+    from workbench.translation.train_config import TrainConfig
 
     docs = {**field_docs(RunConfig), **field_docs(TrainConfig)}
     fields = {f.name: f for f in RunConfig.flat_fields()}

@@ -50,10 +50,10 @@ def test_training_forward_has_no_graph_break(probed, monkeypatch):
 
 def test_training_step_compiles_once_for_batches_of_one_bucket(monkeypatch):
     """Forward + backward through AOTAutograd: one graph serves batches of one shape bucket, gradients as eager."""
-    # compiled, dropout is F.dropout (the compiler fuses its own draws); eager takes the same form here, so that both
-    # sides draw the same masks from the same seed
-    monkeypatch.setattr(kernels, "CHEAP_CPU_DROPOUT", False)
+    # compiled, dropout is F.dropout (the compiler fuses its own draws); eager takes the same form here (no
+    # use_kernels: the model's own nn.Dropout), so that both sides draw the same masks from the same seed
     eager, compiled = _model().train(), _model().train()
+    assert not any(isinstance(m, kernels.Dropout) for m in eager.modules())
     counter = CompileCounterWithBackend("aot_eager")
     net = torch.compile(compiled, backend=counter)
     # different lengths and padding patterns, all padded to S = 8, T = 8 (multiples of 8)

@@ -106,3 +106,51 @@ def test_training_loss_and_gradients_equal_the_unfused_loss_on_every_position():
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-4)
     for a, b in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_use_kernels_swaps_modules_not_classes_and_leaves_the_weights_and_eval_outputs_alone():
+    """``wb.use_kernels`` (the one call a loop over ``wb.build_model`` needs) puts the cheap dropout where every
+    ``nn.Dropout`` was and the chosen attention kernel in every block; the state dict and fp32 eval outputs are
+    unchanged, and ``dropout="torch"`` puts torch's dropout back."""
+    torch.manual_seed(3)
+    model = wb.build_model(wb.preset("tiny", dropout=0.1), 40, 40)
+    plain = [(n, m.p) for n, m in model.named_modules() if type(m) is nn.Dropout]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    src, tgt = torch.randint(4, 40, (3, 7)), torch.randint(4, 40, (3, 6))
+    before = model.eval()(src, tgt)
+    choice = kernels.Kernels(attention=kernels.CpuAttention(bf16_step_attention="explicit"))
+    assert wb.use_kernels(model, choice) is model
+    swapped = [(n, m.p) for n, m in model.named_modules() if type(m) is kernels.Dropout]
+    assert plain and swapped == plain  # same places, same p
+    assert not any(type(m) is nn.Dropout for m in model.modules())
+    blocks = [m for m in model.modules() if isinstance(m, wb.MultiHeadAttention)]
+    assert blocks and all(b.fused is choice.attention for b in blocks)
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert torch.equal(model(src, tgt), before)
+    kernels.use_kernels(model, kernels.Kernels(dropout="torch", attention=None))
+    assert [(n, m.p) for n, m in model.named_modules() if type(m) is nn.Dropout] == plain
+    assert all(b.fused is None for b in blocks)
+    with pytest.raises(ValueError, match="dropout='fast'"):
+        kernels.Kernels(dropout="fast")
+
+
+def test_the_model_holds_no_processor_tuning():
+    """``workbench/model/`` is the paper plus hook points: no processor probe (``/proc/cpuinfo``, AMX), no import of
+    the runtime that reads it, and no module-level switch (a lower-case or upper-case name bound at module level to
+    a bool, None or str that code then reads as a setting). Kernel choices are made by the caller and passed in."""
+    import ast
+    from pathlib import Path
+
+    root = Path(wb.__file__).parent / "model"
+    found = []
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text()
+        for word in ("cpuinfo", "amx", "cpu_flags", "workbench.runtime"):
+            if word in text.lower():
+                found.append(f"{path.name}: mentions {word}")
+        for node in ast.parse(text).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, (bool, str))):
+                found.append(f"{path.name}:{node.lineno}: module-level switch")
+    assert found == [], found

@@ -9,9 +9,10 @@ import torch
 from torch import nn
 
 from workbench import ConfigError, build_model, count_parameters, preset
-from workbench.model.config import ModelConfig, TrainConfig
+from workbench.model.config import ModelConfig
 from workbench.model.masks import attention_mask, causal_mask, to_nn_mask
 from workbench.model.transformer import DecoderLayer, EncoderLayer
+from workbench.translation.train_config import TrainConfig
 
 D, H, FF = 32, 4, 64
 
@@ -130,7 +131,6 @@ def test_tying_checks_that_the_two_vocabularies_are_one_not_only_of_one_size():
     assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
     with pytest.raises(ConfigError, match="pass the tokenizer's sizes"):
         build_model(preset("tiny", tie_src_tgt=True), J + 1, J + 1, tokenizer=joint)
-
 
 
 def _paper_count(cfg, vocab):

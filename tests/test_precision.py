@@ -13,12 +13,12 @@ from conftest import projected_loss_case
 import workbench as wb
 from workbench import runtime
 from workbench.errors import ConfigError, PrecisionError
-from workbench.model.config import TrainConfig
 from workbench.translation import kernels
 from workbench.translation.batching import Batch
 from workbench.translation.decode import decoding_precision, translate
 from workbench.translation.run import RunConfig
 from workbench.translation.train import step_loss
+from workbench.translation.train_config import TrainConfig
 
 CPU = torch.device("cpu")
 
@@ -129,7 +129,7 @@ def test_bf16_training_step_keeps_fp32_master_weights_and_matches_fp32():
     """One step's loss and gradients under CPU bf16 autocast: the residual stream is bf16, parameters and their
     gradients stay fp32, and the figures are those of fp32 within bf16's rounding."""
     torch.manual_seed(6)
-    model = kernels.use_fast_dropout(wb.build_model(wb.preset("small", dropout=0.0), 300, 300)).train()
+    model = kernels.use_kernels(wb.build_model(wb.preset("small", dropout=0.0), 300, 300)).train()
     src = torch.randint(4, 300, (8, 12))
     tgt = torch.randint(4, 300, (8, 13))
     tgt[4:, -3:] = 0
@@ -331,9 +331,9 @@ def test_reproducing_a_card_trains_in_the_cards_precision(monkeypatch, tmp_path)
 
 @pytest.mark.parametrize("amx", [False, True])
 def test_bf16_decoding_step_attention_agrees_with_the_fused_kernel(amx, monkeypatch):
-    """A CPU bf16 step with one query per row multiplies the attention out where the processor has no AMX (faster
-    there than the bf16 flash kernel) and takes the flash kernel where it has: either way it agrees with fp32
-    attention within bf16 rounding, and a fully masked row is zeros, as on the fused path."""
+    """The CPU kernels chosen for a processor without AMX multiply a bf16 step's attention (one query per row) out
+    (faster there than the bf16 flash kernel), and keep the flash kernel where it has AMX: either way it agrees with
+    fp32 attention within bf16 rounding, and a fully masked row is zeros, as on the fused path."""
     import torch.nn.functional as F
 
     fused = F.scaled_dot_product_attention
@@ -343,35 +343,74 @@ def test_bf16_decoding_step_attention_agrees_with_the_fused_kernel(amx, monkeypa
         calls.append(args[0].dtype)
         return fused(*args, **kwargs)
 
-    monkeypatch.setattr(wb.model.attention, "_cpu_has_amx", lambda: amx)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"} if amx else {"avx512_bf16"})
+    kernel = kernels.choose_kernels().attention
+    assert kernel.bf16_step_attention == ("flash" if amx else "explicit")  # chosen from the processor's flags
     monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
+    sdpa = wb.model.attention.scaled_dot_product_attention
     torch.manual_seed(8)
     q, k, v = torch.randn(6, 4, 1, 16), torch.randn(6, 4, 11, 16), torch.randn(6, 4, 11, 16)
     mask = torch.ones(6, 1, 1, 11, dtype=torch.bool)
     mask[1, ..., 4:] = False
     mask[2] = False  # no key at all
-    out16, weights = wb.model.attention.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask)
-    out32, _ = wb.model.attention.scaled_dot_product_attention(q, k, v, mask=mask)
+    out16, weights = sdpa(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask, fused=kernel)
+    out32, _ = sdpa(q, k, v, mask=mask, fused=kernel)
     assert weights is None and out16.dtype == torch.bfloat16
     assert calls == ([torch.bfloat16] if amx else []) + [torch.float32]  # which path the bf16 step took
     torch.testing.assert_close(out16.float(), out32, rtol=2e-2, atol=2e-2)
     assert torch.equal(out16[2], torch.zeros_like(out16[2]))
     # one query per row, not the training shapes: several queries still take the fused kernel, and agree too
     q9 = torch.randn(6, 4, 9, 16)
-    out16, _ = wb.model.attention.scaled_dot_product_attention(q9.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask)
-    out32, _ = wb.model.attention.scaled_dot_product_attention(q9, k, v, mask=mask)
+    out16, _ = sdpa(q9.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask, fused=kernel)
+    out32, _ = sdpa(q9, k, v, mask=mask, fused=kernel)
     torch.testing.assert_close(out16.float(), out32, rtol=2e-2, atol=2e-2)
+    # the paper's attention alone (no kernel passed) takes torch's kernel, whatever the processor
+    calls.clear()
+    sdpa(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask=mask)
+    assert calls == [torch.bfloat16]
 
 
 def test_the_bf16_step_attention_can_be_forced_and_says_what_it_takes(monkeypatch):
-    from workbench.model import attention
+    """A kernel choice made by the caller wins over the processor's flags and reaches every attention block;
+    translate() installs this processor's choice for its own call only; a misspelt choice is refused."""
+    import torch.nn.functional as F
 
     q = torch.randn(2, 2, 1, 8).bfloat16()
+    calls = []
+    fused = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
     for forced, amx in (("flash", False), ("explicit", True)):
-        monkeypatch.setattr(attention, "_cpu_has_amx", lambda amx=amx: amx)
-        monkeypatch.setattr(attention, "BF16_STEP_ATTENTION", forced)
-        assert attention._bf16_step_takes_flash() is (forced == "flash")  # the setting wins over the processor
-        attention.scaled_dot_product_attention(q, q, q)
-    monkeypatch.setattr(attention, "BF16_STEP_ATTENTION", "fast")
-    with pytest.raises(ValueError, match="BF16_STEP_ATTENTION='fast': use None, 'flash' or 'explicit'"):
-        attention.scaled_dot_product_attention(q, q, q)
+        monkeypatch.setattr(runtime, "cpu_flags", lambda amx=amx: {"amx_bf16"} if amx else set())
+        model = wb.build_model(wb.preset("tiny"), 20, 20).eval()
+        kernels.use_kernels(model, kernels.Kernels(attention=kernels.CpuAttention(bf16_step_attention=forced)))
+        blocks = [m for m in model.modules() if isinstance(m, wb.MultiHeadAttention)]
+        assert {b.fused.bf16_step_attention for b in blocks} == {forced}  # the setting wins over the processor
+        calls.clear()
+        wb.model.attention.scaled_dot_product_attention(q, q, q, fused=blocks[0].fused)
+        assert calls == ([1] if forced == "flash" else [])
+        with kernels.attention_kernels(model):  # what translate() runs under: this processor's choice, then back
+            assert {b.fused.bf16_step_attention for b in blocks} == {"flash" if amx else "explicit"}
+        assert {b.fused.bf16_step_attention for b in blocks} == {forced}
+    with pytest.raises(ValueError, match="bf16_step_attention='fast': use 'flash' or 'explicit'"):
+        kernels.CpuAttention(bf16_step_attention="fast")
+
+
+@pytest.mark.parametrize("bad", [True, False, "", "fp16"])
+def test_precision_takes_a_name_or_a_resolved_precision_and_nothing_else(bad):
+    """One type everywhere: ``Precision | "auto" | "fp32" | "bf16"``; a bool (the old form) or an empty string is
+    refused with the names to use, by every entry point."""
+    model = wb.build_model(wb.preset("tiny"), 30, 30).eval()
+    with pytest.raises(ConfigError, match="choose one of"):
+        runtime.choose_precision(bad, CPU)
+    with pytest.raises(ConfigError, match="choose one of"), runtime.autocast(CPU, bad):
+        pass
+    with pytest.raises(ConfigError, match="precision"):
+        TrainConfig(precision=bad)
+    with pytest.raises(ConfigError, match="choose one of"):
+        decoding_precision(model, None, [], precision=bad)
+    resolved = runtime.Precision("bf16", "chosen elsewhere")
+    assert runtime.choose_precision(resolved, CPU) is resolved  # a resolved precision passes through
+    with runtime.autocast(CPU, "auto"):  # auto without a probe: bf16 on CUDA only
+        assert not torch.is_autocast_enabled("cpu")
+    with runtime.autocast(CPU, resolved):
+        assert torch.is_autocast_enabled("cpu")

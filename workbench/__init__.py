@@ -53,7 +53,7 @@ from workbench.model.attention import (
     attention_weights,
     scaled_dot_product_attention,
 )
-from workbench.model.config import PRESETS, ModelConfig, TrainConfig, preset
+from workbench.model.config import PRESETS, ModelConfig, preset
 from workbench.model.masks import attention_mask, causal_mask, padding_mask, to_nn_mask
 from workbench.model.positional import distance_matrix, sinusoidal_table
 from workbench.model.rnn import RNNConfig, RNNSeq2Seq, build_rnn
@@ -62,9 +62,11 @@ from workbench.runtime import count_parameters, resolve_device, set_seed
 from workbench.translation import decode, shipped, train  # noqa: F401
 from workbench.translation.checkpoint import load_model
 from workbench.translation.decode import DECODING, DecodeConfig, translate
+from workbench.translation.kernels import use_kernels
 from workbench.translation.run import RECIPES, RunConfig, recipe
 from workbench.translation.shipped import PretrainedError, list_pretrained, pretrained
 from workbench.translation.train import fit
+from workbench.translation.train_config import TrainConfig
 
 __version__ = "0.1.0"
 
@@ -115,6 +117,7 @@ __all__ = [
     "attention_weights",
     "attribute",
     "build_model",
+    "use_kernels",
     "build_rnn",
     "capture_attention",
     "causal_mask",

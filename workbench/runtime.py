@@ -13,14 +13,13 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Union
 
 import numpy as np
 import torch
 from torch import nn
 
 from workbench.errors import ConfigError, PrecisionError
-from workbench.model.config import PRECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +62,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 # dot products (vdpbf16ps: Intel Cooper Lake, AMD Zen 4 and later), which oneDNN's bf16 matrix products use when
 # there is no AMX; on an AMD EPYC with avx512_bf16 and no AMX they measured about twice the fp32 rate
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+PRECISIONS = ("auto", "fp32", "bf16")  # the number formats of a run (choose_precision)
+PrecisionName = Literal["auto", "fp32", "bf16"]
 PROBE_MARGIN = 0.95  # "auto" takes bf16 only when its probe time is below this fraction of fp32's (noise margin)
 
 
@@ -107,8 +108,12 @@ class Precision:
         return {"precision": self.name, "reason": self.reason}
 
 
-def _check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
+# what every ``precision`` argument takes: a resolved :class:`Precision`, or a name (no bool, no empty string)
+PrecisionLike = Union[Precision, PrecisionName]  # noqa: UP007 (an alias evaluated at import, on Python 3.10)
+
+
+def check_precision(precision: object) -> None:
+    if isinstance(precision, bool) or precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r}: choose one of {PRECISIONS} (auto measures bf16 against "
                           "fp32 where the processor has bf16 matrix units)")
 
@@ -140,7 +145,7 @@ def probe_seconds(workload: Callable[[], Any], device: torch.device, rounds: int
     return {n: statistics.median(v) for n, v in times.items()}
 
 
-def choose_precision(precision: str, device: torch.device, probe: Callable[[], Any] | None = None,
+def choose_precision(precision: PrecisionLike, device: torch.device, probe: Callable[[], Any] | None = None,
                      what: str = "this model") -> Precision:
     """Turn ``"auto" | "fp32" | "bf16"`` into the format a run uses on ``device``, with the reason.
 
@@ -151,8 +156,11 @@ def choose_precision(precision: str, device: torch.device, probe: Callable[[], A
       units *and* ``probe`` (the run's own work, e.g. one training step of the model on a batch of the recipe's
       size) runs at most :data:`PROBE_MARGIN` of its fp32 time under bf16 (:func:`probe_seconds`), else fp32.
       Without a probe, ``auto`` on the CPU is fp32.
+    * a :class:`Precision`: already resolved, returned as it is.
     """
-    _check_precision(precision)
+    if isinstance(precision, Precision):
+        return precision
+    check_precision(precision)
     if precision == "fp32":
         return Precision("fp32", "fp32 as asked")
     if device.type == "cuda":
@@ -192,18 +200,15 @@ def cpu_model() -> str | None:
 
 
 @contextlib.contextmanager
-def autocast(device: torch.device, enabled: bool | str | Precision = True) -> Iterator[None]:
-    """The autocast a precision asks for on ``device``.
-
-    ``enabled`` is a precision (``"bf16"``/``"fp32"`` or a :class:`Precision`): bf16 autocast on CUDA and on the
-    CPU, nothing for fp32; or a bool, the older form: ``True`` is bf16 on CUDA only (a no-op on the CPU).
+def autocast(device: torch.device, precision: PrecisionLike = "auto") -> Iterator[None]:
+    """The autocast a precision asks for on ``device``: bf16 autocast on CUDA and on the CPU for ``"bf16"`` (or a
+    resolved bf16 :class:`Precision`), nothing for ``"fp32"``; ``"auto"`` without a probe is bf16 on CUDA only (as
+    :func:`choose_precision` resolves it), nothing elsewhere. A bool or any other value is a :class:`ConfigError`.
     """
-    name = enabled.name if isinstance(enabled, Precision) else enabled
-    if name == "bf16" and device.type in ("cuda", "cpu"):
+    name = precision.name if isinstance(precision, Precision) else precision
+    check_precision(name)
+    if (name == "bf16" and device.type in ("cuda", "cpu")) or (name == "auto" and device.type == "cuda"):
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            yield
-    elif name is True and device.type == "cuda":
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
             yield
     else:
         yield

@@ -8,7 +8,7 @@ Two paths, chosen per call:
   ``need_weights=True``.
 
 Hook points (:mod:`workbench.model.hook_points`) do not change the path: when a hook listens on ``hook_scores`` or
-``hook_pattern`` (as :func:`workbench.capture.capture_attention`'s do), the output still comes from the fused
+``hook_pattern`` (as :func:`workbench.inspect.capture.capture_attention`'s do), the output still comes from the fused
 kernel, so it is bit-identical with and without capture, and the weights are computed beside it.
 
 Masks are boolean with ``True`` = may attend. A query row whose every key is masked gets zero weights and a
@@ -17,18 +17,16 @@ zero output on both paths (never NaN).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workbench.errors import ConfigError
 from workbench.model.hook_points import HookPoint, tap
 from workbench.model.masks import causal_mask
-from workbench.runtime import cpu_flags
 
 
 def _probe_fused_zeroes_empty_rows(device: torch.device) -> bool:
@@ -58,22 +56,13 @@ def _fused_zeroes_empty_rows(device: torch.device) -> bool:
     return known
 
 
-# the kernel of a CPU bf16 decoding step's attention (one query per row): None picks by the processor (torch's flash
-# kernel with AMX tiles, two explicit products without: each measured the faster there); "flash" or "explicit" forces
-# one (bench/bf16_attention_paths.py races the two)
-BF16_STEP_ATTENTION: str | None = None
+class FusedAttention(Protocol):
+    """The kernel of the fused path: the signature of :func:`torch.nn.functional.scaled_dot_product_attention`
+    (boolean ``attn_mask``, True = may attend). The paper's attention uses torch's; a caller that has measured a
+    faster kernel for its processor passes its own (:mod:`workbench.translation.kernels`)."""
 
-
-@functools.cache
-def _cpu_has_amx() -> bool:
-    """Does this processor have AMX bf16 tiles (``amx_bf16`` in ``/proc/cpuinfo``)? Read once per process."""
-    return "amx_bf16" in cpu_flags()
-
-
-def _bf16_step_takes_flash() -> bool:
-    if BF16_STEP_ATTENTION not in (None, "flash", "explicit"):
-        raise ConfigError(f"BF16_STEP_ATTENTION={BF16_STEP_ATTENTION!r}: use None, 'flash' or 'explicit'")
-    return _cpu_has_amx() if BF16_STEP_ATTENTION is None else BF16_STEP_ATTENTION == "flash"
+    def __call__(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                 dropout_p: float = 0.0, is_causal: bool = False) -> Tensor: ...
 
 
 def scaled_dot_product_attention(
@@ -86,6 +75,7 @@ def scaled_dot_product_attention(
     need_weights: bool = False,
     scores_hook: HookPoint | None = None,
     pattern_hook: HookPoint | None = None,
+    fused: FusedAttention | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
 
@@ -96,6 +86,7 @@ def scaled_dot_product_attention(
         dropout_p: dropout on the weights (pass 0.0 in eval mode).
         need_weights: take the explicit path and return the weights.
         scores_hook, pattern_hook: hook points that see the scaled scores and the weights (explicit path).
+        fused: the kernel of the fused path (None: :func:`torch.nn.functional.scaled_dot_product_attention`).
 
     Shapes:
         q: (B, H, Tq, d_k), k: (B, H, Tk, d_k), v: (B, H, Tk, d_v) -> out (B, H, Tq, d_v),
@@ -109,23 +100,8 @@ def scaled_dot_product_attention(
         attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         return attn @ v, weights  # (B, H, Tq, d_v)
 
-    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled() and q.requires_grad:
-        # CPU bf16 training: this torch's bf16 flash-attention backward on the CPU was several times slower than the
-        # fp32 one in a profile of the `small` step (torch 2.13, AVX-512 bf16), so the attention itself runs in fp32
-        # there, the products around it in bf16
-        with torch.autocast("cpu", enabled=False):
-            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout_p,
-                                                 is_causal=is_causal).to(q.dtype)
-    elif (q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.shape[-2] == 1 and dropout_p == 0.0
-          and not _bf16_step_takes_flash()):
-        # CPU bf16 decoding step (one query per row) without AMX: this torch's bf16 flash kernel took 2.5-3x the time
-        # of the two explicit products on the decoder's shapes (torch 2.13, AVX-512 bf16, 8 heads, 8-40 keys), so
-        # the step multiplies out softmax(Q K^T / sqrt(d_k)) V itself; fully masked rows are zeros, as on the fused
-        # path. With AMX tiles (an Intel Xeon with amx_bf16) the flash kernel was the faster of the two: beam-4
-        # batches of small-de-en took 5-30 % less time with it (torch 2.11, bench/results/bf16/README.md)
-        out = attention_weights(q, k, mask, is_causal) @ v  # (B, H, 1, d_v)
-    else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    kernel = F.scaled_dot_product_attention if fused is None else fused
+    out = kernel(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
     if mask is not None and not _fused_zeroes_empty_rows(q.device):
         out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     if (scores_hook is not None and scores_hook.active()) or (pattern_hook is not None and pattern_hook.active()):
@@ -239,6 +215,9 @@ class MultiHeadAttention(nn.Module):
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_pattern = HookPoint(), HookPoint()
         self.hook_z = HookPoint()  # per-head outputs (B, H, Tq, d_v) before W^O
+        # the fused path's kernel: None is torch's SDPA; a caller's own choice is set here from outside the model
+        # (workbench.translation.kernels.use_kernels), never chosen by the model itself
+        self.fused: FusedAttention | None = None
         nn.init.xavier_uniform_(self.in_proj_weight)
         if bias:
             nn.init.zeros_(self.out_proj.bias)
@@ -303,6 +282,7 @@ class MultiHeadAttention(nn.Module):
             need_weights=need_weights,
             scores_hook=self.hook_scores,
             pattern_hook=self.hook_pattern,
+            fused=self.fused,
         )
         out = tap(self.hook_z, out)  # per-head outputs: head gating and ablation hook in here
         B, H, Tq, Dh = out.shape

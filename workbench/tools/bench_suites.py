@@ -18,10 +18,10 @@ from workbench.lessons.flops import peak_flops, train_step_flops
 from workbench.lessons.measure import call_seconds, matmul_peaks, peak_memory
 from workbench.model.attention import MultiHeadAttention
 from workbench.model.masks import to_nn_mask
-from workbench.runtime import adam, autocast, choose_precision, cpu_bf16_units
+from workbench.runtime import PrecisionLike, adam, autocast, choose_precision, cpu_bf16_units
 from workbench.tools.rivals import NNTransformer
 from workbench.translation.decode import beam_search
-from workbench.translation.kernels import use_fast_dropout
+from workbench.translation.kernels import attention_kernels, use_kernels
 from workbench.translation.train import step_loss
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,9 @@ def suite_attention(device: torch.device, quick: bool) -> dict[str, Any]:
 
 
 def _step_fn(model: nn.Module, loss_fn: Callable[[], torch.Tensor], device: torch.device,
-             precision: str | bool = True) -> Callable[[], None]:
-    """One optimizer step: ``loss_fn()`` under the autocast of ``precision`` (``True``: bf16 on CUDA only, as
-    before), backward, Adam (the paper's betas and epsilon; fused where torch has the kernel, the same optimizer for
+             precision: PrecisionLike = "auto") -> Callable[[], None]:
+    """One optimizer step: ``loss_fn()`` under the autocast of ``precision`` (``"auto"``: bf16 on CUDA only),
+    backward, Adam (the paper's betas and epsilon; fused where torch has the kernel, the same optimizer for
     both rivals)."""
     opt = adam(list(model.parameters()), device, lr=1e-4, betas=(0.9, 0.98), eps=1e-9)  # fused where it exists
 
@@ -148,17 +148,17 @@ MODEL_ONLY = "ours, model only"  # the train_step rival that differs from the re
 
 
 def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: torch.Tensor,
-                    device: torch.device, compiled: bool = False, precision: str | bool = True,
+                    device: torch.device, compiled: bool = False, precision: PrecisionLike = "auto",
                     ) -> tuple[nn.Module, nn.Module, dict[str, Callable[[], None]]]:
     """Our model and the reference of the same sizes, and one training step of each on the batch ``(src, tgt)``.
 
     ``compiled``: also ``"ours compiled"`` and ``"nn.Transformer compiled"``, the same models through
     ``torch.compile`` (default inductor backend) with an optimizer of their own. ``precision``: the autocast both
-    sides run under (``"fp32"``, ``"bf16"``; ``True``: bf16 on CUDA only).
+    sides run under (``"fp32"``, ``"bf16"``; ``"auto"``: bf16 on CUDA only).
     """
     from workbench.translation.batching import Batch
 
-    ours = use_fast_dropout(wb.build_model(cfg, vocab, vocab)).to(device).train()  # as fit() trains it
+    ours = use_kernels(wb.build_model(cfg, vocab, vocab)).to(device).train()  # as fit() trains it
     ref = NNTransformer(cfg, vocab).to(device).train()
     batch = Batch(src, tgt[:, :-1], tgt[:, 1:], pad_id=0)
 
@@ -302,7 +302,7 @@ def suite_precision(device: torch.device, quick: bool) -> dict[str, Any]:
 
         return run
 
-    with no_eos(model, eos):
+    with no_eos(model, eos), attention_kernels(model):  # the decoding kernels translate() chooses
         raced = race({p: beam4(p) for p in ("fp32", "bf16")}, MIN_ROUNDS, device)
     med = raced["median_s"]
     decoding = {"preset": dec_name, "sentences": src.shape[0], "output_tokens": steps, "rounds": raced["rounds"],
@@ -310,7 +310,7 @@ def suite_precision(device: torch.device, quick: bool) -> dict[str, Any]:
     # what `--precision auto` takes for the small training step: fit's probe on a batch of the same size
     torch.manual_seed(0)
     src, tgt = random_batch(vocab, B, S, T, device)
-    shadow = use_fast_dropout(wb.build_model(wb.preset(dec_name), vocab, vocab)).to(device).train()
+    shadow = use_kernels(wb.build_model(wb.preset(dec_name), vocab, vocab)).to(device).train()
     batch_ = _train_batch(src, tgt)
 
     def probe() -> None:

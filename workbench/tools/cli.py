@@ -346,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    from workbench.model.config import PRECISIONS, PRESETS
+    from workbench.model.config import PRESETS
+    from workbench.runtime import PRECISIONS
     from workbench.translation.run import RECIPES, RunConfig
 
     p = sub.add_parser("info", help="build a model from a preset and print its summary")

@@ -1,5 +1,5 @@
 """The options of ``workbench train``, made from :class:`~workbench.translation.run.RunConfig` and its
-:class:`~workbench.model.config.TrainConfig`: one option per field (help from the field's comment, type, default,
+:class:`~workbench.translation.train_config.TrainConfig`: one option per field (help from the field's comment, type, default,
 choices), the run they describe (:func:`run_config_from_args`) and the way back (:func:`run_argv`)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import types
 import typing
 from typing import Any
 
-from workbench.model.config import TrainConfig, field_docs
+from workbench.model.config import field_docs
 from workbench.translation.run import RunConfig
+from workbench.translation.train_config import TrainConfig
 
 # Older spellings of run options, kept because commands in the book's command-line page and the shipped models'
 # cards use them.
@@ -32,7 +33,7 @@ def _optional(kind: type) -> Any:
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """One option per field of :class:`~workbench.translation.run.RunConfig` and of its :class:`~workbench.model.config.TrainConfig`,
+    """One option per field of :class:`~workbench.translation.run.RunConfig` and of its :class:`~workbench.translation.train_config.TrainConfig`,
     grouped as the classes are; help text, type, default and choices all come from the dataclasses."""
     docs = {**field_docs(RunConfig), **{k: ("training", v[1]) for k, v in field_docs(TrainConfig).items()}}
     hints = {**typing.get_type_hints(RunConfig), **typing.get_type_hints(TrainConfig)}
@@ -46,6 +47,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         args = typing.get_args(hint)
         optional = isinstance(hint, types.UnionType) and type(None) in args
         kind = next(a for a in args if a is not type(None)) if optional else hint
+        if typing.get_origin(kind) is typing.Literal:  # a closed set of names (precision): strings, those choices
+            kind, choices = str, {**choices, f.name: list(typing.get_args(kind))}
         kw: dict[str, Any] = {"default": defaults[f.name], "dest": f.name,
                               "help": comment.replace("%", "%%") + " (default: %(default)s)"}
         if kind is bool:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from workbench.errors import DecodingError, InputTextError
-from workbench.runtime import Precision, autocast, choose_precision
+from workbench.runtime import Precision, PrecisionLike, autocast, check_precision, choose_precision
 from workbench.translation.decode_steps import (  # noqa: F401 (DecodeConfig, Seq2Seq: re-exported)
     DECODING,
     DecodeConfig,
@@ -38,6 +38,7 @@ from workbench.translation.decode_steps import (  # noqa: F401 (DecodeConfig, Se
     rows_round_alike,
     top_per_row,
 )
+from workbench.translation.kernels import attention_kernels
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +339,7 @@ def _model_device(model: Seq2Seq, device: str | torch.device | None) -> torch.de
 
 @torch.no_grad()
 def decoding_precision(model: Seq2Seq, tokenizer: Any, sentences: Sequence[str], beam: int = DECODING.beam,
-                       precision: str | Precision = "auto", device: str | torch.device | None = None) -> Precision:
+                       precision: PrecisionLike = "auto", device: str | torch.device | None = None) -> Precision:
     """The number format :func:`translate` decodes ``sentences`` in (:func:`workbench.runtime.choose_precision`).
 
     ``auto`` on a CPU with bf16 matrix units probes this decoding (the beam size asked for) on the 16 longest of
@@ -346,6 +347,7 @@ def decoding_precision(model: Seq2Seq, tokenizer: Any, sentences: Sequence[str],
     """
     if isinstance(precision, Precision):
         return precision
+    check_precision(precision)  # before the probe is built: a bool or a misspelt name fails at once
     device = _model_device(model, device)
     sample = [s for s in sentences[:64] if s is not None and s.strip()]
     ids = sorted((i for i in tokenizer.encode_src(sample) if len(i) <= model.cfg.max_len), key=len)[-16:]
@@ -377,7 +379,7 @@ def translate(
     device: str | torch.device | None = None,
     use_cache: bool = True,
     progress: bool = False,
-    precision: str | Precision = "fp32",
+    precision: PrecisionLike = "fp32",
 ) -> list[str]:
     """Translate sentences (detokenized text in, detokenized text out), in length-sorted batches.
 
@@ -420,15 +422,16 @@ def translate(
             src[row, : len(encoded[i])] = torch.tensor(encoded[i])
         return src.to(device)
 
-    precision = decoding_precision(model, tokenizer, sentences, beam, precision, device)
-    if progress:
-        from tqdm.auto import tqdm
+    with attention_kernels(model):  # this processor's decoding kernels (kernels.choose_kernels), for this call only
+        precision = decoding_precision(model, tokenizer, sentences, beam, precision, device)
+        if progress:
+            from tqdm.auto import tqdm
 
-        batches = tqdm(batches, desc="translate", unit="batch", leave=False)
-    for chunk in batches:
-        with autocast(device, precision):
-            out = run(src_of(chunk))
-        texts = tokenizer.decode_tgt([_trim(row, tokenizer.eos_id, model.pad_id) for row in out.tolist()])
-        for i, text in zip(chunk, texts, strict=True):
-            results[i] = text
+            batches = tqdm(batches, desc="translate", unit="batch", leave=False)
+        for chunk in batches:
+            with autocast(device, precision):
+                out = run(src_of(chunk))
+            texts = tokenizer.decode_tgt([_trim(row, tokenizer.eos_id, model.pad_id) for row in out.tolist()])
+            for i, text in zip(chunk, texts, strict=True):
+                results[i] = text
     return results

@@ -18,15 +18,30 @@ add and the log-softmax backward, each on a freshly allocated (N, V) tensor). Bo
   :func:`label_smoothed_cross_entropy` is the unfused form for models that project themselves (the GRU baseline).
   Off the CPU both are the plain projection and ``F.cross_entropy`` (one fused kernel there).
 
+Attention has two CPU bf16 forms of its own (:class:`CpuAttention`): a training step's attention in fp32 (this
+torch's bf16 flash backward on the CPU was several times slower than the fp32 one), and a decoding step's (one
+query per row) as two explicit products where the processor has no AMX tiles.
+
+None of this is in the model: a run's set-up chooses once (:func:`choose_kernels`, which reads the processor's
+flags) and installs the choice on the model (:func:`use_kernels`, or :func:`attention_kernels` for one block).
+
 ``tests/test_kernels.py`` checks them against the ``torch.nn`` forms.
 """
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-CHEAP_CPU_DROPOUT = True  # False: :class:`Dropout` is plain ``F.dropout`` everywhere (same masks as torch.nn's)
+from workbench import runtime
+from workbench.errors import ConfigError
+from workbench.model.attention import MultiHeadAttention, attention_weights
+
 _LANES = 32768  # 15-bit lanes: four per 63-bit draw of ``random_()`` (its sign bit is always 0)
 _LANE_MASK = 0x7FFF7FFF7FFF7FFF  # keep the low 15 bits of each 16-bit lane
 
@@ -82,24 +97,111 @@ class Dropout(nn.Dropout):
 
     def forward(self, x: Tensor) -> Tensor:
         """Shapes: any -> the same."""
-        if (not self.training or self.p == 0.0 or x.device.type != "cpu" or not CHEAP_CPU_DROPOUT
-                or _compiling()):
+        if not self.training or self.p == 0.0 or x.device.type != "cpu" or _compiling():
             return F.dropout(x, self.p, self.training, self.inplace)
         return cpu_dropout(x, self.p)
 
 
-def use_fast_dropout(model: nn.Module) -> nn.Module:
-    """Swap every plain :class:`torch.nn.Dropout` of ``model`` for :class:`Dropout` in place (same ``p``, same
-    place, no parameters or buffers touched) and return the model.
+@dataclass(frozen=True)
+class CpuAttention:
+    """The fused attention kernel of a CPU run (:class:`workbench.model.attention.FusedAttention`): torch's SDPA,
+    except for two bf16 cases, each measured on this project's CPUs.
 
-    The model's definition keeps the dropout a reader knows; the training step (:func:`workbench.train.fit`) and
-    the benchmark's training race call this so the CPU draws its masks the cheaper way. Evaluation is unchanged
-    (both are the identity in eval mode).
+    * a training step (gradients on): the attention runs in fp32, the products around it in bf16 (this torch's bf16
+      flash-attention backward on the CPU was several times slower than the fp32 one in a profile of the ``small``
+      step; torch 2.13, AVX-512 bf16) when ``bf16_train_attention="fp32"``.
+    * a decoding step (one query per row, no dropout): ``bf16_step_attention="explicit"`` multiplies out
+      ``softmax(Q K^T / sqrt(d_k)) V`` (this torch's bf16 flash kernel took 2.5-3x the time of the two products on
+      the decoder's shapes: torch 2.13, AVX-512 bf16, 8 heads, 8-40 keys); ``"flash"`` keeps the flash kernel,
+      the faster of the two with AMX tiles (beam-4 batches of small-de-en took 5-30 % less time with it: torch
+      2.11, ``bench/archive/results/bf16/README.md``). Fully masked rows are zeros either way.
     """
-    for module in model.modules():
-        if type(module) is nn.Dropout:
-            module.__class__ = Dropout
+
+    bf16_step_attention: Literal["flash", "explicit"] = "flash"  # a one-query bf16 step's kernel
+    bf16_train_attention: Literal["bf16", "fp32"] = "fp32"  # the number format of a bf16 training step's attention
+
+    def __post_init__(self) -> None:
+        if self.bf16_step_attention not in ("flash", "explicit"):
+            raise ConfigError(f"bf16_step_attention={self.bf16_step_attention!r}: use 'flash' or 'explicit'")
+        if self.bf16_train_attention not in ("bf16", "fp32"):
+            raise ConfigError(f"bf16_train_attention={self.bf16_train_attention!r}: use 'bf16' or 'fp32'")
+
+    def __call__(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                 dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+        """Shapes: query (B, H, Tq, d_k), key (B, H, Tk, d_k), value (B, H, Tk, d_v) -> (B, H, Tq, d_v)."""
+        cpu_bf16 = query.device.type == "cpu" and query.dtype == torch.bfloat16
+        if (cpu_bf16 and self.bf16_train_attention == "fp32" and torch.is_grad_enabled()
+                and query.requires_grad):
+            with torch.autocast("cpu", enabled=False):
+                return F.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=attn_mask,
+                                                      dropout_p=dropout_p, is_causal=is_causal).to(query.dtype)
+        if (cpu_bf16 and self.bf16_step_attention == "explicit" and query.shape[-2] == 1 and dropout_p == 0.0):
+            return attention_weights(query, key, attn_mask, is_causal) @ value  # (B, H, 1, d_v)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                              is_causal=is_causal)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The kernels a run uses: chosen once by its set-up (:func:`choose_kernels`) and installed on the model with
+    :func:`use_kernels`; the model itself holds the paper's forms."""
+
+    dropout: Literal["torch", "cheap"] = "cheap"  # "cheap": :class:`Dropout`'s CPU mask draw; "torch": nn.Dropout
+    attention: CpuAttention | None = CpuAttention()  # the fused path's kernel (None: torch's SDPA)
+
+    def __post_init__(self) -> None:
+        if self.dropout not in ("torch", "cheap"):
+            raise ConfigError(f"dropout={self.dropout!r}: use 'cheap' or 'torch'")
+
+
+def choose_kernels() -> Kernels:
+    """The kernels for this processor: the cheap dropout masks, a training step's bf16 attention in fp32, and a
+    bf16 decoding step's attention by the flash kernel where the CPU has AMX tiles (``amx_bf16`` among its flags),
+    by two explicit products where it has not."""
+    step = "flash" if "amx_bf16" in runtime.cpu_flags() else "explicit"
+    return Kernels(dropout="cheap", attention=CpuAttention(bf16_step_attention=step))
+
+
+def use_kernels(model: nn.Module, kernels: Kernels | None = None) -> nn.Module:
+    """Install the fast training kernels on ``model`` in place and return it: the one call a loop of one's own
+    over :func:`workbench.build_model` needs to train as :func:`workbench.translation.train.fit` does.
+
+    ``kernels`` (default :func:`choose_kernels`): with ``dropout="cheap"`` every :class:`torch.nn.Dropout` is
+    replaced by a :class:`Dropout` of the same ``p`` at the same place (no parameters or buffers, so state dicts
+    are unchanged); every attention block's fused path takes ``kernels.attention``. Evaluation-mode outputs are
+    unchanged in fp32 (dropout is the identity there). For the loss, :func:`projected_label_smoothed_cross_entropy`
+    (``workbench.translation.objective.step_loss`` calls it) skips the (N, V) logits.
+
+    Example::
+
+        model = wb.use_kernels(wb.build_model(wb.preset("small"), V, V)).train()
+    """
+    kernels = choose_kernels() if kernels is None else kernels
+    for parent in list(model.modules()):
+        if isinstance(parent, MultiHeadAttention):
+            parent.fused = kernels.attention
+        for name, child in list(parent.named_children()):
+            if kernels.dropout == "cheap" and type(child) is nn.Dropout:
+                setattr(parent, name, Dropout(child.p, child.inplace).train(child.training))
+            elif kernels.dropout == "torch" and type(child) is Dropout:
+                setattr(parent, name, nn.Dropout(child.p, child.inplace).train(child.training))
     return model
+
+
+@contextlib.contextmanager
+def attention_kernels(model: nn.Module, kernels: Kernels | None = None) -> Iterator[nn.Module]:
+    """``kernels.attention`` (default :func:`choose_kernels`'s) as every attention block's fused kernel inside the
+    block, the blocks' own kernels put back on leaving: what decoding runs under."""
+    kernels = choose_kernels() if kernels is None else kernels
+    blocks = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    before = [m.fused for m in blocks]
+    try:
+        for m in blocks:
+            m.fused = kernels.attention
+        yield model
+    finally:
+        for m, fused in zip(blocks, before, strict=True):
+            m.fused = fused
 
 
 class _LabelSmoothedCE(torch.autograd.Function):

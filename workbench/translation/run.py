@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import ConfigError
-from workbench.model.config import PRECISIONS, PRESETS, TrainConfig, is_probability, validate
+from workbench.model.config import PRESETS, is_probability, validate
 from workbench.model.registry import architectures
+from workbench.runtime import PRECISIONS
+from workbench.translation.train_config import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from torch import nn
 
 from workbench.errors import TrainingError
 from workbench.lessons.flops import model_train_flops, peak_flops
-from workbench.model.config import TrainConfig
 from workbench.runtime import Precision, adam, autocast, choose_precision, resolve_device, set_seed
 from workbench.translation.batching import Batch, make_batch, token_batches
-from workbench.translation.kernels import use_fast_dropout
+from workbench.translation.kernels import use_kernels
 from workbench.translation.objective import rate, real_target_logits, step_loss
+from workbench.translation.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, st
     if distributed and device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
     set_seed(cfg.seed)
-    use_fast_dropout(model.to(device))  # the CPU's cheaper dropout masks (kernels.py); same p, same places
+    use_kernels(model.to(device))  # the CPU kernels chosen for this processor (kernels.py): same p, same places
     pad_id, max_len = model.pad_id, model.cfg.max_len
     out = Path(out_dir) if out_dir is not None else None
 
@@ -270,7 +270,7 @@ def _choose_precision(model: nn.Module, cfg: TrainConfig, device: torch.device, 
                             shuffle=False)
         b_idx = idx[len(idx) // 2]  # a batch of middling lengths, as full as the recipe's
         batch = make_batch([train_src[j] for j in b_idx], [train_tgt[j] for j in b_idx], pad_id)
-        shadow = use_fast_dropout(copy.deepcopy(model)).train()
+        shadow = use_kernels(copy.deepcopy(model)).train()
 
         def probe() -> None:
             loss_sum, n_tok = step_loss(shadow, shadow, batch, pad_id, cfg.label_smoothing)
