@@ -137,6 +137,12 @@ metrics.update(pronoun_emitted=reading.pronoun_emitted, antecedent_uniform_share
 # `PRONOUN_SENTENCE`, `ANTECEDENT` and `PRONOUN`, and expect heads like this to be found in some, not in all.
 
 # %% [markdown]
+# **Predict, then run.** Over the validation sentences, which kind of attention has the most peaked heads on average (the highest mean confidence, the largest weight of a row): `"enc_self"`, `"dec_self"` or `"cross"`? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_PEAKED_KIND: str | None = None  # enc_self, dec_self or cross
+
+# %% [markdown]
 # ## Confidence, entropy and positional heads over the validation set
 
 # %%
@@ -170,6 +176,11 @@ best_prev = float(enc_prev.max()); best_next = float(enc_next.max())
 print(f"strongest previous-token head puts {best_prev:.2f} of its weight on position i-1; next-token head {best_next:.2f} on i+1")
 metrics.update(max_confidence=float(conf.max()), min_entropy=float(ent.min()), max_entropy=float(ent.max()),
                best_prev_token_weight=best_prev, best_next_token_weight=best_next)
+
+# %%
+from workbench.lessons import exercises as ex
+ex.predict("09.peaked_kind", PREDICT_PEAKED_KIND, max(('enc_self', 'dec_self', 'cross'), key=lambda k: float(conf[[r.startswith(k + ' ') for r in rows]].mean())),
+           "Confidence depends on how many keys a row can see: a decoder self-attention row at step t has only t + 1 keys (the first rows one or two), so its largest weight is large by construction. Compare the entropy figure, and normalise by the number of keys (lesson 16) before calling a kind more focused.")
 
 # %% [markdown]
 # ## Head importance and pruning
@@ -261,18 +272,6 @@ from bertviz import head_view
 ins = inspect_translation(model, tok, SENTENCE)
 head_view(**to_bertviz(ins.cache, ins.src_tokens, ins.tgt_tokens))
 figures.head_lines(ins.weights("cross", -1), ins.out_tokens, ins.src_tokens, title="cross-attention, last layer (offline view)").show()
-
-# %% [markdown]
-# ## In your browser
-#
-# The book's page *Translate in your browser* runs this model in the reader's browser (ONNX Runtime Web, with the
-# graphs of `workbench export small-de-en DIR --to onnx`): type German, read the English, pick any cross-attention head
-# for any output word, then untick heads to switch them off and translate again. In the served book
-# (`workbench book serve --dir book`) it appears below; in Jupyter the frame stays empty.
-
-# %%
-from IPython.display import IFrame
-IFrame("_static/translate/embed.html", width="100%", height=1000)
 
 # %%
 with open("metrics.json", "w") as f:

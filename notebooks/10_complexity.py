@@ -211,6 +211,12 @@ metrics.update(flop_ratio_at_n_eq_d=ratio[2], table_ratio_error=max(abs(t / c - 
                time_crossover_n=time_crossover)
 
 # %% [markdown]
+# **Predict, then run.** Count the projections too: a self-attention layer then does $2n^2d + 4nd^2$ multiply-adds and an LSTM layer (four gates) $8nd^2$. For $d$ = `D_FIXED`, at which $n$ do the two cost the same? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_LSTM_CROSSING: int | None = None  # a sequence length n
+
+# %% [markdown]
 # ### Counting the projections too
 #
 # Table 1, and the crossing at $n = d$, count only attention's core. A self-attention *layer* also projects every
@@ -239,6 +245,11 @@ print(f"projections counted by PyTorch at n = d = {d_cross}: {proj_flops:,} FLOP
       f"(formula 4nd² = {proj_macs_formula:,})")
 metrics.update(projection_flops_match=proj_flops == 2 * proj_macs_formula, ratio_with_projections=with_proj,
                ratio_with_projections_vs_lstm=vs_lstm)
+
+# %%
+from workbench.lessons import exercises as ex
+ex.predict("10.lstm_crossing", PREDICT_LSTM_CROSSING, next(n for n, v in zip(ns_cross, vs_lstm) if abs(v - 1) < 1e-9),
+           "2n²d + 4nd² = 8nd² gives 2n²d = 4nd², so n = 2d: twice the crossing of attention's core alone (n = d).")
 
 # %% [markdown]
 # ## Sequential steps

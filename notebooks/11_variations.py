@@ -158,6 +158,12 @@ metrics.update(rows=rows, claims=paper, signs=signs, noise_margin_log_ppl=margin
 # over seeds, of the variant's figure minus the base's from the same seed, and it counts when it exceeds two standard
 # errors of that mean (`workbench.lessons.table3.judge_seeded`).
 
+# %% [markdown]
+# **Predict, then run.** The table below was trained until the base stopped improving, three seeds a row. Of the paper's claims it judges, for how many will the paper's sign hold beyond the spread of the seeds? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_SIGNS_HOLD: int | None = None  # a number of claims
+
 # %%
 from pathlib import Path
 from workbench.tools.provenance import PACKAGE_DIR
@@ -210,6 +216,14 @@ else:
     metrics["seeded"] = {"file": results_path.name, "budget": budget, "seeds": seeded["seeds"],
                          "verdicts": {c: v["verdict"] for c, v in judged.items()},
                          "agreeing": len(by_verdict["agrees"]), "claims": len(judged)}
+
+# %%
+from workbench.lessons import exercises as ex
+prediction = (ex.predict("11.signs_hold", PREDICT_SIGNS_HOLD, metrics["seeded"]["agreeing"],
+                         "At this scale several of the paper's differences are smaller than the seeds' spread: a sign "
+                         "holds only where the mean paired difference over seeds exceeds two standard errors.")
+              if "seeded" in metrics else None)
+prediction
 
 # %% [markdown]
 # Where the two disagree, suspect the scale before the paper. A base this small (its parameter count is in the table),

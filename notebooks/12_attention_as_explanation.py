@@ -265,6 +265,12 @@ metrics.update(n_sentences=len(rows), ig_steps=ig_steps,
                ig_corpus_completeness_error=ig_total["relative_error"])
 
 # %% [markdown]
+# **Predict, then run.** Switch off the heads whose attention agrees most with the attributions. Will the reference translation lose *more* or *less* log-probability than when as many random heads are switched off (`"more"` or `"less"`)? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_AGREEING_HEADS_MATTER: str | None = None  # more or less
+
+# %% [markdown]
 # ## Switching off the heads that agree most
 # If the heads whose attention agrees with the attribution were the ones doing the translating, switching them off
 # should hurt more than switching off the heads that disagree. Agreement is measured per cross-attention head on the
@@ -315,6 +321,12 @@ metrics.update(logprob_all_heads=full, logprob_drop_most_agreeing=drop["most agr
                logprob_drop_least_agreeing=drop["least agreeing"], logprob_drop_random_mean=drop["random (mean of 20)"],
                logprob_drop_layer_matched=drop["layer-matched, least agreeing"],
                most_agreeing_heads=[list(h) for h in most], least_agreeing_heads=[list(h) for h in least])
+
+
+# %%
+from workbench.lessons import exercises as ex
+ex.predict("12.agreeing_heads_matter", PREDICT_AGREEING_HEADS_MATTER, "more" if drop["most agreeing"] > drop["random (mean of 20)"] else "less",
+           "Agreeing with an attribution is not the same as being needed: the layer-matched control in the table says whether the damage comes from the heads themselves or from the layers they sit in.")
 
 # %% [markdown]
 # ## What we found

@@ -17,15 +17,20 @@
 # # 13 · What carries the pronoun: activation patching
 #
 # Switching heads off (notebook 09) tells what breaks; it does not tell where the information a translation needs
-# travels. **Activation patching** does: run the model on one input, and at one place inside it (a *site*) put back
-# the activation it had on another input. If the answer comes back, that site carried it.
+# travels. **Activation patching** asks a narrower question than it seems to: run the model on one input, and at
+# one place inside it (a *site*) put back the activation it had on another input. If the answer comes back, that
+# site's activation *suffices* to bring it back. That is not the same as showing the model *routes* the answer
+# through that site when nothing is patched: the controls below (a random position, an unrelated sentence) show how
+# much a patch restores without carrying the clean answer at all.
 #
 # The question here: when the shipped German→English translator writes *his* or *her*, where is the gender it
 # uses? German marks it in several places: the possessive itself (*sein*em / *ihr*em), the person (*ein Mann* /
 # *eine Frau*, with the article's and adjective's endings), and, once the decoder has written *man* or *woman*,
 # the English prefix too. We build **minimal pairs** from real validation and test sentences: a masculine source
 # (the *clean* run, answer *his*) and the same sentence with the gendered words swapped (the *corrupted* run,
-# answer *her*), keeping only the pairs the model translates correctly both ways. The metric is the logit
+# answer *her*), keeping only the pairs whose two greedy translations agree up to the pronoun (except the swapped
+# words such as *man*/*woman*) and there write *his* on one side and *her* on the other. Only that prefix is checked:
+# what follows the pronoun is not, so a kept pair may still mistranslate a later word. The metric is the logit
 # difference $\mathrm{LD} = \text{logit}(his) - \text{logit}(her)$ at the pronoun, normalised so that
 #
 # $$\text{score} = \frac{\mathrm{LD}_{\text{patched}} - \mathrm{LD}_{\text{corrupted}}}{\mathrm{LD}_{\text{clean}} - \mathrm{LD}_{\text{corrupted}}}$$
@@ -55,25 +60,16 @@ MIN_EFFECT: float = 0.1  # a finding must also restore at least this share of th
 # %%
 import dataclasses
 import json
-import re
 import time
 
 import numpy as np
 import torch
 from IPython.display import Markdown, display
-
 import workbench as wb
 from workbench.inspect.patching import Site, cache_activations, patch, patched_greedy, site_names
-from workbench.inspect.patching_sweeps import (
-    GaussianNoise,
-    LogitDiff,
-    path_patching,
-    prepare_pair,
-    sweep_heads,
-    sweep_position_groups,
-    sweep_positions,
-)
-from workbench.lessons.pronoun_pairs import GENDERED, NUMBER_SUBJECT, bootstrap_ci, build_pronoun_pairs
+from workbench.inspect.patching_sweeps import GaussianNoise, prepare_pair, sweep_heads, sweep_positions
+from workbench.lessons import pronoun_study as ps
+from workbench.lessons.pronoun_pairs import bootstrap_ci, build_pronoun_pairs
 from workbench.translation.data import load_multi30k
 from workbench.translation.shipped import load_any
 from workbench.viz import figures
@@ -133,22 +129,8 @@ metrics.update(n_pairs=len(pairs), n_heldout_pairs=n_heldout_pairs, pairs_by_kin
 # of source tokens and no gendered word. Patching it in asks how much *any* activation at that site moves the answer.
 
 # %%
-GENDER_WORD = re.compile(r"\b(sein\w*|ihr\w*|er|sie)\b", re.IGNORECASE)
-neutral: dict[int, list[list[int]]] = {}
-for _, sentence in heldout:
-    if not GENDERED.search(sentence) and not GENDER_WORD.search(sentence):
-        ids = tok.encode_src([sentence])[0]
-        neutral.setdefault(len(ids), []).append(ids)
-
-
-def unrelated_for(p) -> list[int] | None:
-    pool = neutral.get(len(p.clean_src), [])
-    return list(pool[rng.integers(len(pool))]) if pool else None
-
-
-def tensors(p):
-    clean, corrupt = torch.tensor([p.clean_src]), torch.tensor([p.corrupt_src])
-    return clean, corrupt, (torch.tensor([p.tgt]), torch.tensor([p.corrupt_tgt])), LogitDiff(p.pos, p.good, p.bad)
+pool = ps.neutral_pool(tok, (s for _, s in heldout))  # source length -> unrelated sentences (no gendered word)
+tensors = ps.pair_tensors  # a pair -> (clean source, corrupted source, both decoder inputs, logit(his) - logit(her))
 
 
 def src_tokens(ids):
@@ -160,16 +142,17 @@ def src_tokens(ids):
 # A subject pair: its two translations, then every (layer, position) of the three position families patched clean →
 # corrupted, one at a time (each cell is one row of a batched run).
 
+
 # %%
 subject_pairs = [p for p in pairs if p.kind == "subject"]
-ex = subject_pairs[EXAMPLE % len(subject_pairs)]
-clean, corrupt, tgt, metric = tensors(ex)
-print("clean:    ", ex.clean_text, "->", tok.decode_tgt([[*ex.tgt[1:], ex.good]])[0], "...")
-print("corrupted:", ex.corrupt_text, "->", tok.decode_tgt([[*ex.corrupt_tgt[1:], ex.bad]])[0], "...")
+example = subject_pairs[EXAMPLE % len(subject_pairs)]
+clean, corrupt, tgt, metric = tensors(example)
+print("clean:    ", example.clean_text, "->", tok.decode_tgt([[*example.tgt[1:], example.good]])[0], "...")
+print("corrupted:", example.corrupt_text, "->", tok.decode_tgt([[*example.corrupt_tgt[1:], example.bad]])[0], "...")
 pair = prepare_pair(model, clean, corrupt, tgt, metric)
 print(f"logit difference his - her: clean {pair.clean_metric:.2f}, corrupted {pair.corrupted_metric:.2f}")
-src_labels = src_tokens(ex.clean_src)
-tgt_labels = [tok.id_to_token(i) for i in ex.tgt]
+src_labels = src_tokens(example.clean_src)
+tgt_labels = [tok.id_to_token(i) for i in example.tgt]
 for family in ("resid_enc", "memory", "resid_dec"):
     res = sweep_positions(model, clean, corrupt, tgt, metric, family=family, prepared=pair,
                           src_tokens=src_labels, tgt_tokens=tgt_labels)
@@ -199,7 +182,7 @@ print("with that one clean state patched:", tok.decode_tgt(patched_out.tolist())
 # the answer once its input words are blurred.
 
 # %%
-noise = GaussianNoise(positions=tuple(ex.edit), scale=3.0, seed=SEED)
+noise = GaussianNoise(positions=tuple(example.edit), scale=3.0, seed=SEED)
 traced = sweep_positions(model, clean, noise, tgt[0], metric, family="resid_enc", src_tokens=src_labels)
 print(f"logit difference his - her: clean {traced.clean_metric:.2f}, noised {traced.corrupted_metric:.2f}")
 patching_heatmap(traced, title="causal tracing: one clean encoder state restored in the noised sentence").show()
@@ -229,6 +212,12 @@ for family in ("enc_self", "dec_self", "cross"):
     patching_heatmap(head_maps[family], title=f"{family} heads: clean → corrupted").show()
 
 # %% [markdown]
+# **Predict, then run.** Over all pairs, at which layer of the encoder (`"embed"`, `"enc 0"`, `"enc 1"`, `"enc 2"`) will patching the edited words (the possessive or the subject) restore the most of the logit difference? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_BEST_LAYER: str | None = None  # embed, enc 0, enc 1 or enc 2
+
+# %% [markdown]
 # ## 2 · Over all pairs, with controls
 # Lengths differ from pair to pair, so positions are grouped by role before averaging: the **possessive** (and
 # *er*) positions, the **subject** positions (article, adjective ending, noun; subject pairs only), every edited
@@ -242,145 +231,47 @@ for family in ("enc_self", "dec_self", "cross"):
 # Each pair's groups (and its random position) are drawn once and used for every family and both donors.
 
 # %%
-def roles(p) -> dict[str, list[int]]:
-    toks = src_tokens(p.clean_src)
-    others = [i for i in range(len(toks) - 1) if i not in p.edit]
-    out = {"edit": list(p.edit), "eos": [len(toks) - 1]}
-    if p.kind == "number":
-        n_words = len(NUMBER_SUBJECT.match(p.clean_text).group(0).split())
-        word = np.cumsum([t.startswith("▁") for t in toks]) - 1  # (S,) the word each token belongs to
-        out["subject"] = [i for i in p.edit if word[i] < n_words]
-        out["verb"] = [i for i in p.edit if word[i] >= n_words]
-    else:
-        out["possessive"] = [i for i in p.edit if re.fullmatch(r"▁?(sein\w*|er)", toks[i], flags=re.IGNORECASE)]
-        out["subject"] = [i for i in p.edit if i not in out["possessive"]]
-    if others:
-        out["random"] = [int(rng.choice(others))]
-    return {prefix(p) + k: v for k, v in out.items() if v}
-
-
-def tgt_roles(p) -> dict[str, list[int]]:
-    differ = [i for i, (a, b) in enumerate(zip(p.tgt, p.corrupt_tgt, strict=True)) if a != b]
-    others = [i for i in range(1, p.pos) if i not in differ]
-    out = {"pronoun row" if p.kind != "number" else "answer row": [p.pos]}
-    if differ:
-        out["man/woman" if p.kind != "number" else "swapped words"] = differ
-    if others:
-        out["random"] = [int(rng.choice(others))]
-    return {prefix(p) + k: v for k, v in out.items()}
-
-
-def prefix(p) -> str:
-    return "number·" if p.kind == "number" else ""
-
-
-def random_of(group: str) -> str:
-    """The random-position control of a group's kind."""
-    return "number·random" if group.startswith("number·") else "random"
-
-
-collected: dict[tuple[str, str, str], list[np.ndarray]] = {}  # (family, donor, group) -> per-pair (L,) scores
-heads: dict[tuple[str, str, str], list[np.ndarray]] = {}  # (kind, family, donor) -> per-pair (L, H) scores
-t0 = time.perf_counter()
-used = 0
-for p in pairs:
-    other = unrelated_for(p)
-    if other is None:
-        continue
-    used += 1
-    clean, corrupt, tgt, metric = tensors(p)
-    pp = prepare_pair(model, clean, corrupt, tgt, metric)
-    unrelated = dataclasses.replace(pp, clean=cache_activations(model, torch.tensor([other]), tgt[1]))
-    src_groups, tgt_groups = roles(p), tgt_roles(p)
-    kind = "number" if p.kind == "number" else "gender"
-    for donor, prepared in (("clean", pp), ("unrelated", unrelated)):
-        for family, groups in (("resid_enc", src_groups), ("memory", src_groups), ("resid_dec", tgt_groups)):
-            if family == "resid_dec" and donor == "unrelated":
-                continue  # the unrelated sentence has no translation prefix of its own
-            res = sweep_position_groups(model, clean, corrupt, tgt, metric, groups, family=family, prepared=prepared)
-            for g, column in zip(res.labels["group"], res.values.T, strict=True):
-                collected.setdefault((family, donor, g), []).append(column.numpy())
-        for family in ("cross",):  # the heads that read the memory (section 1 shows the others for one pair)
-            res = sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=prepared)
-            heads.setdefault((kind, family, donor), []).append(res.values.numpy())
-metrics["sweep_seconds"] = time.perf_counter() - t0
-print(f"{used} pairs swept in {time.perf_counter() - t0:.0f} s "
-      f"({len(pairs) - used} without an unrelated sentence of their length)")
-metrics["n_pairs_swept"] = used
+sweeps = ps.sweep_pairs(model, tok, pairs, pool, rng)  # every group, per layer, from both donors; cross heads too
+collected, heads = sweeps.collected, sweeps.heads  # (family, donor, group) -> per pair (L,); heads: per pair (L, H)
+metrics.update(sweep_seconds=sweeps.seconds, n_pairs_swept=sweeps.used)
+print(f"{sweeps.used} pairs swept in {sweeps.seconds:.0f} s ({len(pairs) - sweeps.used} without an unrelated sentence "
+      "of their length)")
 
 # %%
-LAYERS = {"resid_enc": ["embed"] + [f"enc {i}" for i in range(cfg.n_enc_layers)],
-          "memory": [f"dec {i}" for i in range(cfg.n_dec_layers)],
-          "resid_dec": ["embed"] + [f"dec {i}" for i in range(cfg.n_dec_layers)]}
-summary = {}
-for (family, donor, group), rows in collected.items():
-    if len(rows) < 2:
-        continue
-    mean, lo, hi = bootstrap_ci(np.stack(rows), n_resamples=N_BOOTSTRAP, seed=SEED)
-    for i, layer in enumerate(LAYERS[family]):
-        summary[(family, layer, donor, group)] = {"mean": float(mean[i]), "low": float(lo[i]), "high": float(hi[i]),
-                                                  "n": len(rows)}
-
-NUMBER_GROUPS = {"resid_enc": ("subject", "verb", "edit", "eos"), "memory": ("subject", "verb", "edit", "eos"),
-                 "resid_dec": ("answer row", "swapped words")}
-for family, main_groups in (("resid_enc", ("possessive", "subject", "edit", "eos")),
-                            ("memory", ("possessive", "subject", "edit", "eos")),
-                            ("resid_dec", ("pronoun row", "man/woman")),
-                            *((f, tuple("number·" + g for g in gs)) for f, gs in NUMBER_GROUPS.items())):
-    labels, m, lo, hi, grp = [], [], [], [], []
-    for layer in LAYERS[family]:
-        shown = [("clean", g, "patched from the clean run") for g in main_groups]
-        shown.append(("clean", random_of(main_groups[0]), "control: random position"))
-        if family != "resid_dec":
-            shown += [("unrelated", g, "control: unrelated sentence") for g in main_groups]
-        for donor, group, kind in shown:
-            s = summary.get((family, layer, donor, group))
-            if s is None:
-                continue
-            labels.append(f"{layer} · {group}" + (" (unrelated)" if donor == "unrelated" else ""))
-            m.append(s["mean"])
-            lo.append(s["low"])
-            hi.append(s["high"])
-            grp.append(kind)
-    what = "singular/plural" if main_groups[0].startswith("number·") else "gender"
-    interval_figure(labels, m, lo, hi, groups=grp,
-                    title=f"{family}, {what} pairs: mean score over pairs, 95 % intervals").show()
+LAYERS = ps.layer_names(cfg)  # family -> its rows: embed, enc 0, ... (or dec 0, ...)
+summary = ps.summarise(collected, LAYERS, n_resamples=N_BOOTSTRAP, seed=SEED)  # 95 % intervals, for the figures
+for groups, what in ((ps.GENDER_GROUPS, "gender"), (ps.NUMBER_GROUPS, "singular/plural")):
+    for family, names in groups.items():
+        names = names if what == "gender" else tuple("number·" + g for g in names)
+        interval_figure(*ps.interval_rows(summary, family, LAYERS[family], names),
+                        title=f"{family}, {what} pairs: mean score over pairs, 95 % intervals").show()
 
 # %% [markdown]
 # ## 3 · What the intervals support
 # A finding is stated only where its whole interval lies above both controls' intervals at the same site (the
 # random position of the same layer, and the same positions patched from the unrelated sentence), and its mean
-# restores at least `MIN_EFFECT` of the logit difference (a real but negligible effect is not a finding). The
-# sentences below are written by the run from its own numbers.
+# restores at least `MIN_EFFECT` of the logit difference (a real but negligible effect is not a finding). Many cells
+# are tested at once, so with plain 95 % intervals some would clear by chance: the intervals here are corrected
+# for the number of cells tested (Bonferroni, level $1 - 0.05/m$), which the cell prints. The decoder's state at
+# the pronoun row is left out: at the last layer it *is* the answer (the logits are read from it), so it restores
+# everything by construction; it is a check of the machinery (the closing checks), not a finding. A cleared cell
+# says that patching there suffices to restore the answer, beyond what the controls restore, not that the model
+# routes the gender through it. The sentences below are written by the run from its own numbers.
 
 # %%
-findings = []
-for (family, layer, donor, group), s in sorted(summary.items()):
-    if donor != "clean" or group == random_of(group):
-        continue
-    controls = [summary.get((family, layer, "clean", random_of(group)))]
-    if family != "resid_dec":
-        controls.append(summary.get((family, layer, "unrelated", group)))
-    controls = [c for c in controls if c is not None]
-    if len(controls) < (1 if family == "resid_dec" else 2):
-        continue
-    bar = max(c["high"] for c in controls)
-    findings.append({"family": family, "layer": layer, "group": group, **s, "control_high": bar,
-                     "clears": s["low"] > bar and s["mean"] >= MIN_EFFECT})
+found = ps.findings(collected, LAYERS, MIN_EFFECT, n_resamples=N_BOOTSTRAP, seed=SEED)  # Bonferroni over the cells
+findings = found["cells"]
 cleared = [f for f in findings if f["clears"]]
-where = {"resid_enc": "the encoder state", "memory": "the cross-attention keys and values",
-         "resid_dec": "the decoder state"}
+caveat = (f"*SMOKE run: {len(pairs)} pairs. These lines show the method at work; with so few pairs they are not "
+          "evidence.*\n\n" if SMOKE else "")
 for what, number in (("Gender pairs (his/her)", False), ("Singular/plural pairs (is/are ...)", True)):
-    lines = [f"- Patching {where[f['family']]} ({f['layer']}) at the **{f['group'].removeprefix('number·')}** "
-             f"positions restores {f['mean']:.2f} [{f['low']:.2f}, {f['high']:.2f}] of the clean logit difference "
-             f"over {f['n']} pairs; the controls reach at most {f['control_high']:.2f}."
-             for f in cleared if f["group"].startswith("number·") == number]
-    display(Markdown(f"**{what}**\n\n" + ("\n".join(lines) if lines else "No site clears its controls.")))
-not_cleared = [f"{f['family']} {f['layer']} {f['group']}" for f in findings if not f["clears"]]
-print(f"{len(cleared)} of {len(findings)} (site, group) cells clear their controls; not cleared: {len(not_cleared)}")
+    lines = ps.finding_lines(findings, number=number)
+    display(Markdown(caveat + f"**{what}**\n\n" + ("\n".join(lines) if lines else "No site clears its controls.")))
+print(f"{len(cleared)} of {found['tested']} (site, group) cells clear their controls at the corrected level "
+      f"{found['level']:.4f} (each interval at 1 - 0.05 / {found['tested']})")
 metrics["findings"] = [{k: f[k] for k in ("family", "layer", "group", "mean", "low", "high", "n", "control_high")}
                        for f in cleared]
-metrics["n_cells_tested"] = len(findings)
+metrics.update(n_cells_tested=found["tested"], corrected_level=found["level"], smoke_findings=SMOKE)
 metrics["summary"] = [{"family": k[0], "layer": k[1], "donor": k[2], "group": k[3], **v} for k, v in summary.items()]
 
 
@@ -401,6 +292,11 @@ for name, s_ in (("clean sentence", clean_s), ("unrelated sentence", ctrl_s), ("
           f"{s_['mean']:.2f} [{s_['low']:.2f}, {s_['high']:.2f}]")
 metrics["best_encoder_vs_controls"] = {"layer": layer, "group": group, "clean": clean_s, "unrelated": ctrl_s,
                                        "random": rand_s}
+
+# %%
+from workbench.lessons import exercises as ex
+ex.predict("13.best_layer", PREDICT_BEST_LAYER, layer,
+           "The gender is in the source words themselves: patched at the embeddings they can already restore much of it; deeper layers add what attention has gathered from the rest of the sentence, and the unrelated-sentence control shows how much of any of it is just removing the feminine cue.")
 
 # %% [markdown]
 # Now set the two kinds side by side. For a singular/plural pair the decoder has already written *A dog* or *Two
@@ -427,26 +323,15 @@ for what, src_groups, tgt_group in (("gender", ("possessive", "subject", "edit")
 metrics["source_vs_prefix"] = side_by_side
 
 # %% [markdown]
-# The cross-attention heads, averaged over pairs: a head is named only where its interval clears the same head
-# patched from the unrelated sentence (and its mean reaches `MIN_EFFECT`).
+# The cross-attention heads, averaged over pairs: a head is named only where its interval, corrected for the number
+# of heads tested, clears the same head patched from the unrelated sentence (and its mean reaches `MIN_EFFECT`).
 
 # %%
-head_findings = []
-for kind, family in (("gender", "cross"), ("number", "cross")):
-    if len(heads.get((kind, family, "clean"), [])) < 2:
-        continue
-    clean_rows, ctrl_rows = np.stack(heads[(kind, family, "clean")]), np.stack(heads[(kind, family, "unrelated")])
-    mean, lo, hi = bootstrap_ci(clean_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
-    _, _, ctrl_hi = bootstrap_ci(ctrl_rows, n_resamples=N_BOOTSTRAP, seed=SEED)
+head_means, head_findings = ps.head_findings(heads, MIN_EFFECT, n_resamples=N_BOOTSTRAP, seed=SEED)
+for (kind, family), mean in head_means.items():
     avg = dataclasses.replace(head_maps[family], values=torch.tensor(mean, dtype=torch.float32),
                               raw=torch.tensor(mean, dtype=torch.float32))
-    patching_heatmap(avg, title=f"{family} heads, {kind} pairs: mean score over {len(clean_rows)} pairs").show()
-    for layer, head in zip(*np.nonzero((lo > ctrl_hi) & (mean >= MIN_EFFECT)), strict=True):
-        head_findings.append({"kind": kind, "family": family, "layer": int(layer), "head": int(head),
-                              "mean": float(mean[layer, head]),
-                              "low": float(lo[layer, head]), "high": float(hi[layer, head]),
-                              "control_high": float(ctrl_hi[layer, head])})
-head_findings.sort(key=lambda f: -f["mean"])
+    patching_heatmap(avg, title=f"{family} heads, {kind} pairs: mean score over pairs").show()
 display(Markdown("\n".join(
     f"- {f['kind']} pairs, {f['family']} head {f['layer']}.{f['head']}: {f['mean']:.2f} [{f['low']:.2f}, {f['high']:.2f}] "
     f"(unrelated sentence: at most {f['control_high']:.2f})" for f in head_findings[:8]) or "No head clears its control."))
@@ -459,19 +344,19 @@ metrics["head_findings"] = head_findings
 # output taken from the masculine run and every other encoder head frozen, record the keys and values the receiver
 # reads, then run the feminine sentence again with only the receiver's keys and values replaced by those
 # (`wb.path_patching`). The slowest sweep: a few pairs only, each against the unrelated sentence.
+#
+# The direction matters. This is *denoising* path patching: the clean (masculine) sender's output goes into the
+# corrupted (feminine) run, and we ask whether that path suffices to bring *his* back. Wang et al. (2022), who
+# introduced path patching for the indirect-object circuit, ran it the other way (*noising*: a corrupted sender into
+# the clean run, asking whether the path is necessary). The two answer different questions and need not agree.
+# The strongest of all sender-receiver paths is picked after looking at every one, so its interval is optimistic:
+# it is named only if it clears the unrelated-sentence control.
 
 # %%
-paths, path_ctrl = [], []
 t0 = time.perf_counter()
 last_layer = [cfg.n_dec_layers - 1]
-for p in [p for p in pairs if p.kind != "number" and unrelated_for(p) is not None][:n_path_pairs]:
-    clean, corrupt, tgt, metric = tensors(p)
-    pp = prepare_pair(model, clean, corrupt, tgt, metric)
-    other = torch.tensor([unrelated_for(p)])
-    paths.append(path_patching(model, clean, corrupt, tgt, metric, prepared=pp, receiver_layers=last_layer))
-    ctrl = dataclasses.replace(pp, clean=cache_activations(model, other, tgt[1]))
-    path_ctrl.append(path_patching(model, clean, corrupt, tgt, metric, prepared=ctrl,
-                                   receiver_layers=last_layer).values.numpy())
+path_pairs = [p for p in pairs if p.kind != "number" and ps.unrelated_for(p, pool, rng) is not None][:n_path_pairs]
+paths, path_ctrl = ps.path_patching_over_pairs(model, path_pairs, pool, rng, receiver_layers=last_layer)
 metrics["path_seconds"] = time.perf_counter() - t0
 path_mean = np.stack([r.values.numpy() for r in paths]).mean(0)
 path_fig = path_patching_figure(dataclasses.replace(paths[0], values=torch.tensor(path_mean),
@@ -498,7 +383,7 @@ metrics["path"] = {"pairs": len(paths), "sender": [int(sl), int(sh)], "receiver"
 # lesson showed.
 
 # %%
-clean, corrupt, tgt, metric = tensors(ex)
+clean, corrupt, tgt, metric = tensors(example)
 own = cache_activations(model, corrupt, tgt[1])
 with torch.no_grad(), patch(model, own, site_names(model)):
     same = model(corrupt, tgt[1])

@@ -247,6 +247,12 @@ metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=l
                winner_alpha=text(trace.hypothesis(ranking.winner)))
 
 # %% [markdown]
+# **Predict, then run.** Which length penalty will return the longer translation of this sentence: `ALPHA` or `ALPHA_OTHER` (answer with its value, e.g. `"1.4"`, or `"same"`)? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_LONGER_ALPHA: str | None = None  # the value of ALPHA or of ALPHA_OTHER, or same
+
+# %% [markdown]
 # ## The length penalty picks the winner
 #
 # Every extra token adds a negative log-probability, so without a penalty (α = 0) short hypotheses win. Dividing by
@@ -284,21 +290,15 @@ metrics.update(rerank_agrees_at=dict(zip([str(a) for a in checked], agree)), win
                winner_alpha_other=text(trace.hypothesis(ranking_other.winner)),
                n_distinct_winners=len({r.winner for r in rankings}))
 
+
+# %%
+from workbench.lessons import exercises as ex
+ex.predict("14.longer_alpha", PREDICT_LONGER_ALPHA, ("same" if len(trace.hypothesis(ranking.winner)) == len(trace.hypothesis(ranking_other.winner)) else f"{ALPHA:g}" if len(trace.hypothesis(ranking.winner)) > len(trace.hypothesis(ranking_other.winner)) else f"{ALPHA_OTHER:g}"),
+           "A larger α divides by a larger lp(Y), which grows with the length, so longer finished hypotheses are forgiven more of their (negative) log-probability: the larger α returns the longer translation, or the same.")
+
 # %%
 from workbench.viz.decoding_widgets import LengthPenaltyExplorer
 LengthPenaltyExplorer(trace, lambda ids: tok.decode_tgt([ids])[0], alpha=ALPHA)
-
-# %% [markdown]
-# ## In your browser
-#
-# The book's page *Translate in your browser* runs this model in the reader's browser (ONNX Runtime Web, with the
-# encoder and the cached decoder step of `workbench export small-de-en DIR --to onnx`): greedy or beam 4 with the α
-# slider, the pieces of both sides, and each output word's cross-attention. In the served book
-# (`workbench book serve --dir book`) it appears below; in Jupyter the frame stays empty.
-
-# %%
-from IPython.display import IFrame
-IFrame("_static/translate/embed.html", width="100%", height=1000)
 
 # %% [markdown]
 # ## The inspector, while decoding

@@ -120,6 +120,12 @@ print(f"'{word}' by our merges: {apply_merges(pre_tokenize(word)[0], ours.merges
 metrics.update(toy_merges_match=toy_same, multi30k_merges_match=m30k_same, multi30k_merges=m30k_merges)
 
 # %% [markdown]
+# **Predict, then run.** Validation captions have about a dozen German words. With a joint vocabulary of 8,000 pieces, how many pieces will a validation sentence take on average (end-of-sentence token included)? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_PIECES_8000: float | None = None  # mean pieces per sentence at V = 8000
+
+# %% [markdown]
 # ## Vocabulary size against sequence length
 #
 # More merges mean longer pieces, so fewer of them per sentence. That changes the cost of every layer: self-attention
@@ -151,6 +157,12 @@ print(f"validation German sentences have {words_per_sentence:.1f} words on avera
       f"{mean_src[-1]:.1f} pieces (eos included), at V = {sizes[0]} {mean_src[0]:.1f}")
 metrics.update(vocab_sizes=list(sizes), mean_src_pieces=mean_src, mean_tgt_pieces=mean_tgt,
                words_per_sentence=words_per_sentence, max_n_over_d=max(mean_src) / d_model)
+
+
+# %%
+from workbench.lessons import exercises as ex
+ex.predict("15.pieces_8000", PREDICT_PIECES_8000, mean_src[list(sizes).index(8000)],
+           "Frequent words are one piece, rare and compound words several, and every sentence ends in eos: a little more than one piece per word at 8,000 pieces.")
 
 # %% [markdown]
 # With Multi30k's short captions, n stays far below $d_{model}$ at every size: attention is a small share of each

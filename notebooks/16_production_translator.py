@@ -158,6 +158,12 @@ metrics["entropy_gap_same_model"] = max(float((stats["small-de-en", k] - stats[n
                                         for k in ("enc_self", "dec_self", "cross"))
 
 # %% [markdown]
+# **Predict, then run.** The head that agrees best with the aligner on the first half of the sentences is then scored on the second half. Will it score `"higher"`, `"equal"` or `"lower"` than the best head's score measured on all sentences at once? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_HELD_OUT: str | None = None  # higher, equal or lower
+
+# %% [markdown]
 # ## Does cross-attention point at the aligned word?
 #
 # As in lesson 09: IBM Model 1 trained on Multi30k training pairs gives each English word of a translation its most
@@ -198,6 +204,12 @@ chance = float(np.mean([1 / len(s.split()) for s, _ in val[half:]]))
 print(f"a uniform guess over each sentence's source words: {chance:.2f}")
 metrics.update(best_alignment_agreement=best_agreement, held_out_alignment_agreement=held_out_agreement,
                chance_alignment=chance)
+
+
+# %%
+from workbench.lessons import exercises as ex
+ex.predict("16.held_out", PREDICT_HELD_OUT, (lambda a, b: "equal" if abs(a - b) < 1e-9 else "lower" if a < b else "higher")(held_out_agreement["small-de-en"], best_agreement["small-de-en"]),
+           "The best of many heads on the same sentences is partly luck (the winner's curse); scored on sentences it was not chosen on, a head usually does a little worse, which is the honest figure.")
 
 # %% [markdown]
 # ## One sentence, side by side

@@ -23,6 +23,7 @@ predictions in :data:`PREDICTIONS`.
 from __future__ import annotations
 
 from workbench.lessons.exercises import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08  # noqa: F401  (registers)
+from workbench.lessons.exercises import predictions_09_16  # noqa: F401  (registers the prompts of lessons 09-16)
 from workbench.lessons.exercises.core import (
     EXERCISES,
     FAILED,
