@@ -27,7 +27,6 @@ stderr. A full run is long on a CPU (about 4 s per sentence on one core at 32 st
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -164,15 +163,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from workbench.tools.provenance import write_report
+
     args = build_parser().parse_args(argv)
     report = measure(args)
     tag = "gpu" if report["device"] != "cpu" else "cpu"
     path = Path(args.json) if args.json else (
         ROOT / "bench" / "results" / f"attention-vs-attribution-{tag}-{(report['commit'] or 'nocommit')[:7]}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report, indent=1, default=float)
-    path.write_text(text + "\n")
-    print(text)
+    print(write_report(report, path), end="")
     print(f"written: {path}", file=sys.stderr)
     return 0
 

@@ -19,7 +19,6 @@ over summed bf16 time) and ``median_batch_speedup_bf16`` are the figures to read
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 import torch
 
 from workbench.runtime import choose_precision, resolve_device
-from workbench.tools.provenance import provenance, utc_now
+from workbench.tools.provenance import provenance, utc_now, write_report
 from workbench.translation.pipeline import load_pairs, score
 from workbench.translation.shipped import default_alpha, list_pretrained, load_any, read_card
 
@@ -104,9 +103,7 @@ def main() -> None:
     report["load_average_end"] = os.getloadavg()
     report["finished_utc"] = utc_now()
     report["threads"] = torch.get_num_threads()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ the workbench's time over each rival's.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import tempfile
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from workbench.bridges.ctranslate2 import convert_huggingface_folder, ct2_translator
     from workbench.bridges.huggingface import to_huggingface
-    from workbench.tools.provenance import provenance
+    from workbench.tools.provenance import provenance, write_report
     from workbench.translation.data import load_multi30k
     from workbench.translation.decode import translate
     from workbench.translation.metrics import corpus_bleu
@@ -172,11 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         **record,  # the provenance record's keys (workbench.tools.provenance), at the top as in every bench report
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    print(write_report(report, args.json), end="")
     return report
 
 

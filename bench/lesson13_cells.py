@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import papermill
 
-from workbench.tools.provenance import provenance
+from workbench.tools.provenance import provenance, write_report
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "13_activation_patching.ipynb"
 
@@ -62,9 +62,7 @@ def main() -> None:
         print(f"{c['seconds']:7.1f} s  cell {c['cell']:2d}  {c['first_line'][:70]}")
     print(f"wall {wall:.0f} s, load {load_before[0]:.1f} -> {report['load_after'][0]:.1f}; notebook's own: "
           + ", ".join(f"{k} {v:.0f}" for k, v in report["notebook_seconds"].items() if v is not None))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

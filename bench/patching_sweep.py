@@ -34,7 +34,7 @@ from workbench.inspect.patching_sweeps import (
     sweep_positions,
 )
 from workbench.lessons.pronoun_pairs import build_pronoun_pairs
-from workbench.tools.provenance import provenance
+from workbench.tools.provenance import provenance, write_report
 from workbench.translation.data import load_multi30k
 
 TARGET_S = 2.0
@@ -97,13 +97,12 @@ def main() -> int:
         "repeats": args.repeats,
         "load_average_1_5_15_before": load_before,
         "load_average_1_5_15_after": os.getloadavg(),
-        "provenance": record,
+        **record,  # the provenance record at the top level, as in every bench report
     }
     best = min(result["median_s"]["full_layer_x_position"].values())
     result["full_sweep_within_target"] = best <= TARGET_S
     out = Path(args.out or f"bench/results/patching/sweep-{(record.get('commit') or 'nocommit')[:7]}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_report(result, out)
     print(json.dumps({k: result[k] for k in ("pair", "cells", "median_s", "full_sweep_within_target")}, indent=1))
     print(f"wrote {out}")
     return 0

@@ -14,7 +14,6 @@ and the rest. ``--precision bf16`` profiles the step under CPU bf16 autocast (a 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
@@ -23,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 import workbench as wb
 from workbench.runtime import choose_precision
 from workbench.tools.bench_suites import random_batch, train_step_pair
-from workbench.tools.provenance import provenance
+from workbench.tools.provenance import provenance, write_report
 
 GROUPS = {  # op name prefix -> group
     "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::addmm_"),
@@ -79,8 +78,7 @@ def main() -> None:
     if args.json:
         report = {**record, "preset": args.preset, "side": args.side, "precision": args.precision, "steps": args.steps, "ms_per_step": total_ms,
                   "groups_ms_per_step": groups, "ops": ops}
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_report(report, args.json)
 
 
 if __name__ == "__main__":

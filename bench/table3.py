@@ -89,10 +89,9 @@ def _train(settings: dict[str, Any], row: str, seed: int, steps: int | None, pat
 
 
 def _write(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(path)
+    from workbench.tools.provenance import write_report
+
+    write_report(report, path)
 
 
 def main(argv: list[str] | None = None) -> int:

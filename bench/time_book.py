@@ -13,7 +13,6 @@ figures are wall-clock times.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from workbench.tools.book import build_book
 from workbench.tools.notebook_runner import default_jobs, kernel_threads
-from workbench.tools.provenance import provenance
+from workbench.tools.provenance import provenance, write_report
 
 
 def _per_kernel(threads: int | None, inherited: dict[str, str]) -> str:
@@ -71,8 +70,7 @@ def main() -> None:
             "pages": pages, "ok": result.ok,
             "metrics": {p.name: p.metrics for p in result.pages},
         }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        write_report(report, args.json)
     sys.exit(0 if result.ok else 1)
 
 

@@ -76,3 +76,30 @@ def test_bench_scripts_that_write_results_record_the_one_provenance(script):
     text = script.read_text(encoding="utf-8")
     assert "provenance(" in text, f"{script.name} writes a result without workbench.tools.provenance's record"
     assert "git_state(" not in text and "platform." not in text, f"{script.name} assembles its own record"
+
+
+def test_the_report_writer_refuses_a_report_without_the_record_and_writes_whole_files(tmp_path):
+    """Every benchmark writes through one function: a report that lacks the provenance record (here the CPU model)
+    is refused and nothing is written; a complete one is written whole, with a final newline, and reads back."""
+    import json
+
+    import pytest
+
+    from workbench.tools.provenance import provenance, write_report
+
+    record = provenance(["python", "bench/x.py"])
+    path = tmp_path / "sub" / "report.json"
+    incomplete = {k: v for k, v in record.items() if k != "cpu_model"}
+    with pytest.raises(ValueError, match="cpu_model"):
+        write_report({**incomplete, "figure": 1.5}, path)
+    assert not path.exists()
+    text = write_report({**record, "figure": np_float(2.5)}, path)
+    assert path.read_text() == text and text.endswith("}\n")
+    assert json.loads(text)["figure"] == 2.5 and json.loads(text)["commit"] == record["commit"]
+    assert [p.name for p in path.parent.iterdir()] == ["report.json"]  # no temporary left beside it
+
+
+def np_float(x: float):
+    import numpy as np
+
+    return np.float32(x)

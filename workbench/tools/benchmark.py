@@ -41,12 +41,10 @@ before the call. Times come from :func:`workbench.lessons.measure.call_seconds`.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from workbench.lessons.flops import peak_flops
@@ -61,7 +59,7 @@ from workbench.tools.bench_suites import (
     suite_precision,
     suite_train_step,
 )
-from workbench.tools.provenance import provenance, utc_now
+from workbench.tools.provenance import provenance, utc_now, write_report
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +221,9 @@ def main(suites: list[str] | None = None, quick: bool = False, out_json: str | N
          device: str = "auto", as_json: bool = False, presets: list[str] | None = None) -> int:
     """Entry point of ``workbench bench``: prints the table (or the JSON), writes the JSON to ``out_json``."""
     report = run(suites, quick=quick, device=device, presets=presets)
-    print(json.dumps(report, indent=2) if as_json else format_table(report))
+    text = write_report(report, out_json or None)  # the one report writer (workbench.tools.provenance)
+    print(text if as_json else format_table(report))
     if out_json:
-        Path(out_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(out_json).write_text(json.dumps(report, indent=2))
         log.info("wrote %s", out_json)
     return 0
 

@@ -21,7 +21,7 @@ from workbench.translation.decode import DECODING
 
 log = logging.getLogger("workbench")
 # the commands whose work is decoding: they keep freed memory for reuse (runtime.keep_freed_memory; measured in
-# bench/results/decoding/); training and the benchmarks keep glibc's defaults
+# bench/archive/results/decoding/); training and the benchmarks keep glibc's defaults
 DECODING_COMMANDS = ("translate", "evaluate")
 
 

@@ -14,22 +14,27 @@ with the same key names everywhere:
     dirty         True when that checkout has changes, untracked files included (None outside a checkout)
     command       the command line
     started_utc   when the record was made (make it before the work, so a commit made meanwhile is not the run's)
+
+:func:`write_report` is the one way a benchmark writes its report: it refuses a report without the record.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from workbench.runtime import cpu_flags as all_cpu_flags
 from workbench.runtime import cpu_model
+from workbench.translation.files import atomic_write_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # the CPU flags that decide which matrix-product kernels oneDNN/MKL pick (bf16 and int8 paths, AMX tiles)
@@ -94,3 +99,25 @@ def hardware_line(record: dict[str, Any]) -> str:
     """One line for a model card: CPU model, cores, threads, torch, device."""
     return (f"{record.get('cpu_model') or record.get('machine')}, {record.get('cpu_count')} cores, "
             f"{record.get('threads')} threads, torch {record.get('torch')}, {record.get('device')}")
+
+
+# the record's keys a published figure needs: what ran (commit, command), where (CPU model, threads), with what torch
+REPORT_KEYS = ("cpu_model", "threads", "torch", "commit", "command")
+
+
+def write_report(report: Mapping[str, Any], path: str | Path | None = None) -> str:
+    """The JSON text of a benchmark's report, written atomically to ``path`` (its folder made) when one is given.
+
+    One format for every ``bench/`` script and ``workbench bench``: one-space indents, NumPy and torch scalars as
+    floats, a final newline. A report without :func:`provenance`'s record (any of :data:`REPORT_KEYS` missing) is
+    refused with a :class:`ValueError`: a figure nobody can trace to a CPU and a commit is not written.
+    """
+    missing = [k for k in REPORT_KEYS if k not in report]
+    if missing:
+        raise ValueError(f"the report lacks {missing} of the provenance record: start it with "
+                         "{**workbench.tools.provenance.provenance(...), ...}")
+    text = json.dumps(report, indent=1, default=float) + "\n"
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    return text

@@ -9,7 +9,7 @@ Loading and verifying shipped models is :mod:`workbench.translation.shipped`; th
   (:func:`workbench.translation.pipeline.score`, the one scoring function);
 - :func:`export_weights`, :func:`write_card` and :func:`render_card`: the files of ``workbench/pretrained/NAME``.
 
-``bench/translate_multi30k.py`` and ``bench/val_choice.py`` judge their runs with the same functions.
+``bench/translate_multi30k.py`` and ``bench/archive/val_choice.py`` judge their runs with the same functions.
 """
 
 from __future__ import annotations

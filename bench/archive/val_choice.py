@@ -1,6 +1,6 @@
 """A training run judged on val only, as ``workbench pretrained build`` judges it, without scoring test.
 
-    python bench/val_choice.py RUN_DIR [--average 5 10 15 20] [--threads 1] [--json bench/results/NAME.json]
+    python bench/archive/val_choice.py RUN_DIR [--average 5 10 15 20] [--threads 1] [--json bench/results/NAME.json]
 
 For comparing recipes (dropout, vocabulary size, epochs) before one of them is built and shipped: the issue's
 rule is to choose on val and to decode test once, for the model that ships. The candidates are the same as the
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is in bench/archive/)
 
 
 def main(argv: list[str] | None = None) -> int:

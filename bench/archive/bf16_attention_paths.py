@@ -1,10 +1,11 @@
 """Benchmark: the two attention paths of a CPU bf16 decoding step, on real beam-4 batches, with per-op profiles.
 
-    python bench/bf16_attention_paths.py [--threads 2] [--sentences 128] [--rounds 2] [--json FILE]
+    python bench/archive/bf16_attention_paths.py [--threads 2] [--sentences 128] [--rounds 2] [--json FILE]
 
-A bf16 decoding step has one query per row. :func:`workbench.model.attention.scaled_dot_product_attention` computes
-it with two explicit products (softmax(Q K^T / sqrt(d_k)) V) on a processor without AMX and with torch's flash
-kernel on one with AMX (``workbench.model.attention.BF16_STEP_ATTENTION`` forces either). This script decodes the
+A bf16 decoding step has one query per row. :class:`workbench.translation.kernels.CpuAttention` computes it with
+two explicit products (softmax(Q K^T / sqrt(d_k)) V) on a processor without AMX and with torch's flash kernel on one
+with AMX (:func:`~workbench.translation.kernels.choose_kernels` picks; this script replaces that choice to force
+either). This script decodes the
 first ``--sentences`` of test_2016_flickr with the shipped small-de-en (beam 4, 64-sentence batches) in fp32, in bf16
 through the explicit products and in bf16 through the flash kernel, whatever this processor has, ``--rounds`` times
 in that order, and times each. Then it profiles one fp32 and one bf16 run (this processor's own path) and keeps the
@@ -35,9 +36,9 @@ def main() -> None:
 
     from torch.profiler import ProfilerActivity, profile
 
-    from workbench.model import attention
     from workbench.runtime import choose_precision, cpu_flags
     from workbench.tools.provenance import provenance
+    from workbench.translation import kernels
     from workbench.translation.decode import translate
     from workbench.translation.pipeline import load_pairs
     from workbench.translation.shipped import load_any
@@ -54,14 +55,16 @@ def main() -> None:
         return time.perf_counter() - start
 
     seconds: dict[str, list[float]] = {}
+    choose = kernels.choose_kernels
     try:
         for _ in range(args.rounds):
             for label, precision, path in (("fp32", "fp32", None), ("bf16_explicit", bf16, "explicit"),
                                            ("bf16_flash", bf16, "flash")):
-                attention.BF16_STEP_ATTENTION = path  # which kernel a one-query bf16 step takes
+                forced = choose() if path is None else kernels.Kernels(attention=kernels.CpuAttention(path))
+                kernels.choose_kernels = lambda forced=forced: forced  # which kernel translate() installs
                 seconds.setdefault(label, []).append(round(run(precision), 3))
     finally:
-        attention.BF16_STEP_ATTENTION = None
+        kernels.choose_kernels = choose
     report["seconds"] = seconds
     print(f"{len(sources)} sentences, beam 4, seconds per round: {seconds}")
     tables = {}

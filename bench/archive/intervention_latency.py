@@ -1,9 +1,9 @@
 """Toggle-to-figure latency of the head-intervention inspector (issue 17 target: <= 300 ms on a 2-core CPU).
 
-    python bench/intervention_latency.py [--checkpoint small-de-en] [--tokens 30] [--max-extra 50] [--threads 1]
+    python bench/archive/intervention_latency.py [--checkpoint small-de-en] [--tokens 30] [--max-extra 50] [--threads 1]
 
 Loads the shipped ``small-de-en`` translator (or a checkpoint file / run folder; ``--checkpoint random`` builds a
-randomly initialised ``small`` model with a BPE tokenizer trained on Multi30k), opens :class:`workbench.widgets.HeadInterventionInspector` on a validation sentence of
+randomly initialised ``small`` model with a BPE tokenizer trained on Multi30k), opens :class:`workbench.viz.widgets.HeadInterventionInspector` on a validation sentence of
 ``--tokens`` subword tokens, switches heads (then whole layers) off and on again one at a time, and prints one
 JSON document: the server-side time from each toggle to updated figures (wall clock and process CPU time), split
 into model and figure time, with the machine's load average so that numbers taken on a busy machine are read

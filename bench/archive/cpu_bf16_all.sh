@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 38's CPU figures on this machine in one go (bf16 against fp32; made for a short lease of another machine).
 #
-#     bash bench/cpu_bf16_all.sh OUTDIR [THREADS]      (THREADS: torch's intra-op threads, default 2)
+#     bash bench/archive/cpu_bf16_all.sh OUTDIR [THREADS]      (THREADS: torch's intra-op threads, default 2)
 #
 # Writes to OUTDIR: cpu.txt (lscpu, torch's CPU capability), precision.json (`workbench bench --suite precision`:
 # the fp32 and bf16 matrix-product peaks, the small and base training steps raced, beam 4 on a synthetic batch, what

@@ -1,6 +1,6 @@
 """Benchmark: end-to-end training tokens/s of the README recipe in fp32 against bf16, on this machine's CPU.
 
-    python bench/e2e_precision.py [--pairs 4000] [--rounds 3] [--threads N] [--json FILE]
+    python bench/archive/e2e_precision.py [--pairs 4000] [--rounds 3] [--threads N] [--json FILE]
 
 The race of ``workbench bench --suite e2e`` (:func:`workbench.tools.bench_probes.e2e_precision_race`) on its own,
 without the suite's extra ``fit`` in the format ``auto`` picks, and with the number of passes and pairs as options,

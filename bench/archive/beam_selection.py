@@ -1,6 +1,6 @@
 """Benchmark: how beam search picks each step's K survivors, on the logits of a real search.
 
-    python bench/beam_selection.py [--threads 1] [--sentences 64] [--rounds 7] [--json FILE]
+    python bench/archive/beam_selection.py [--threads 1] [--sentences 64] [--rounds 7] [--json FILE]
 
 Decodes the first ``--sentences`` of test_2016_flickr with the shipped small-de-en (beam 4, fp32), records every
 step's next-token logits, then times two ways of selecting from them, alternating round by round:

@@ -1,6 +1,6 @@
 """Benchmark: beam-4 decoding with glibc's malloc defaults against :func:`workbench.runtime.keep_freed_memory`.
 
-    python bench/malloc_decoding.py [--sentences 1000] [--rounds 3] [--threads 2] [--json FILE]
+    python bench/archive/malloc_decoding.py [--sentences 1000] [--rounds 3] [--threads 2] [--json FILE]
 
 Each measurement is a fresh process (the malloc setting cannot be undone inside one): it loads the shipped small-de-en
 and decodes the first ``--sentences`` of test_2016_flickr with the card's beam and length penalty, in fp32 and then in
