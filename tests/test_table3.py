@@ -107,3 +107,67 @@ def test_committed_table3_results_are_complete():
     assert probe["stopped"] == "early stopping"
     assert data["budget"] == probe["epoch_steps"][probe["best_epoch"] - 1]
     assert data["commit"] and data["dirty"] is False
+
+
+def _committed_table3() -> dict:
+    from workbench.tools.provenance import PACKAGE_DIR
+
+    path = table3.latest_results(PACKAGE_DIR.parent / "bench" / "results" / "table3")
+    require(path is not None, "a finished bench/results/table3/table3-*.json (the repository's, not an installed "
+            "package's)", "run the tests from a checkout, or make one with python bench/table3.py --json FILE")
+    return table3.load_results(path)
+
+
+def _verdicts_by_hand(data: dict, claims: dict[str, tuple[str, int]], key: str) -> dict[str, str]:
+    """Each claim's verdict recomputed from the file's per-seed numbers with plain arithmetic (not judge_seeded):
+    the variant's figure minus the base's, seed by seed; their mean against two standard errors of it."""
+    by = {(r["row"], r["seed"]): r[key] for r in data["runs"]}
+    out = {}
+    for claim, (variant, direction) in claims.items():
+        d = [by[(variant, s)] - by[("base", s)] for s in data["seeds"]]
+        mean = sum(d) / len(d)
+        margin = 2 * math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1)) / math.sqrt(len(d))
+        trend = direction * mean
+        out[claim] = (("agrees" if abs(mean) <= margin else "differs") if direction == 0 else
+                      "agrees" if trend > margin else "opposite" if trend < -margin else "within noise")
+    return out
+
+
+CLAIMS = ((table3.PAPER_PPL_CLAIMS, "val_loss"), (table3.PAPER_BLEU_CLAIMS, "val_bleu"))
+
+
+def test_the_committed_table3_verdicts_follow_from_its_per_seed_numbers():
+    """What notebook 11 shows for the committed table, judged by the package, equals the verdicts recomputed by hand
+    from the per-seed numbers, and they are not all alike (a table where every claim were "within noise" would make
+    this check weak)."""
+    data = _committed_table3()
+    verdicts = {}
+    for claims, key in CLAIMS:
+        judged = {c: v["verdict"] for c, v in table3.judge_seeded(data["runs"], claims, key).items()}
+        assert judged == _verdicts_by_hand(data, claims, key)
+        verdicts.update(judged)
+    assert len(set(verdicts.values())) >= 2, verdicts
+
+
+def test_a_planted_flip_in_one_seed_changes_the_verdict_and_fails_the_check():
+    """Flip one seed's number in a copy of the committed file (the variant's figure mirrored about the base's, so
+    that seed now goes the other way, by a lot): the recomputed verdict of an agreeing claim changes, so a check
+    comparing the stated verdicts with the per-seed numbers fails on the planted file."""
+    import copy
+
+    data = _committed_table3()
+    stated = {c: v["verdict"] for claims, key in CLAIMS
+              for c, v in table3.judge_seeded(data["runs"], claims, key).items()}
+    claims, key = next((cl, k) for cl, k in CLAIMS if any(stated[c] == "agrees" for c in cl))
+    claim = next(c for c in claims if stated[c] == "agrees")
+    variant, direction = claims[claim]
+    planted = copy.deepcopy(data)
+    seed = data["seeds"][0]
+    base_value = next(r[key] for r in planted["runs"] if r["row"] == "base" and r["seed"] == seed)
+    for r in planted["runs"]:
+        if r["row"] == variant and r["seed"] == seed:  # this seed's difference becomes -20x what it was
+            r[key] = base_value - 20 * (r[key] - base_value)
+    recomputed = _verdicts_by_hand(planted, claims, key)
+    assert recomputed[claim] != "agrees"
+    assert table3.judge_seeded(planted["runs"], claims, key)[claim]["verdict"] == recomputed[claim]
+    assert {c: stated[c] for c in claims} != recomputed  # the stated verdicts no longer follow from the numbers

@@ -278,7 +278,7 @@ def attention_summaries(cache: Any, index: int = 0) -> dict[str, Tensor]:
 
     * ``"cross mean"``: cross-attention averaged over all decoder layers and heads;
     * ``"cross last"``: the last decoder layer's cross-attention averaged over heads;
-    * ``"rollout"``: the decoder-to-source rollout (:func:`workbench.flow.decoder_rollout`), renormalised.
+    * ``"rollout"``: the decoder-to-source rollout (:func:`workbench.inspect.flow.decoder_rollout`), renormalised.
     """
     layers = cache.layers("cross")
     if not layers:
@@ -295,7 +295,7 @@ def word_alignment(scores: Any, src_tokens: Sequence[str], out_tokens: Sequence[
     """Most attributed (or attended) source word for each target word, from subword scores.
 
     Scores are made non-negative (absolute values), summed over the subwords of a source word and averaged over
-    those of a target word (:func:`workbench.align.word_attention`); special tokens are left out.
+    those of a target word (:func:`workbench.inspect.align.word_attention`); special tokens are left out.
 
     Shapes:
         scores (T_out, S) over subword tokens -> one source word index per target word
@@ -339,7 +339,7 @@ def measure_agreement(
 
     For each sentence and each attribution method and attention summary: the mean over output tokens (eos
     excluded) of the Spearman correlation between |attribution| and attention over the source tokens; and,
-    given IBM Model 1 probabilities ``t_prob`` (:func:`workbench.align.ibm1`), the share of target words
+    given IBM Model 1 probabilities ``t_prob`` (:func:`workbench.inspect.align.ibm1`), the share of target words
     whose most-attributed / most-attended source word is the aligner's (:func:`alignment_agreement`).
 
     Args:

@@ -160,7 +160,7 @@ def _cache_layers(cache: Any, kind: str, index: int) -> list[Tensor]:
 
 
 def rollout_from_cache(cache: Any, index: int = 0) -> DecoderRollout:
-    """Encoder and decoder rollouts of one sentence of an :class:`~workbench.capture.AttentionCache`.
+    """Encoder and decoder rollouts of one sentence of an :class:`~workbench.inspect.capture.AttentionCache`.
 
     The cache must hold a teacher-forced pass (e.g. ``inspect_translation(...).cache``) with all three kinds.
     """

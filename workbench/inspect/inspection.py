@@ -1,7 +1,7 @@
 """Translate one sentence and capture every attention pattern of it, and export them to bertviz.
 
-The translate-and-capture step of the notebooks and the :class:`~workbench.widgets.AttentionInspector`: it uses
-the capture side door (:func:`workbench.capture.capture_attention`) on one teacher-forced pass over the model's
+The translate-and-capture step of the notebooks and the :class:`~workbench.viz.widgets.AttentionInspector`: it uses
+the capture side door (:func:`workbench.inspect.capture.capture_attention`) on one teacher-forced pass over the model's
 own output, so the patterns belong to the translation the reader sees.
 """
 

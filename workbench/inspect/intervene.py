@@ -172,7 +172,7 @@ def _src_tgt(batch: Any) -> tuple[Tensor, Tensor]:
         return batch.src, batch.tgt_in
     if isinstance(batch, tuple | list) and len(batch) >= 2:
         return batch[0], batch[1]
-    raise InterventionError(f"a batch must have .src and .tgt_in (workbench.batching.Batch) or be (src, tgt_in); "
+    raise InterventionError(f"a batch must have .src and .tgt_in (workbench.translation.batching.Batch) or be (src, tgt_in); "
                             f"got {type(batch).__name__}")
 
 
@@ -184,7 +184,7 @@ def head_means(model: nn.Module, batches: Iterable[Any]) -> dict[BlockKey, Tenso
     self-attention, target positions for decoder self- and cross-attention. The model runs in eval mode.
 
     Args:
-        batches: :class:`~workbench.batching.Batch` objects (``src``, ``tgt_in``) or ``(src, tgt_in)`` pairs.
+        batches: :class:`~workbench.translation.batching.Batch` objects (``src``, ``tgt_in``) or ``(src, tgt_in)`` pairs.
 
     Returns:
         (kind, layer) -> (H, d_v) float32 tensor on the CPU.
@@ -238,7 +238,7 @@ class InterventionOutcome:
 
 
 def _step_limit(model: nn.Module, n_src: int, max_extra: int) -> int:
-    """Greedy decoding's output budget (eos included), as in :func:`workbench.decode.greedy_decode`."""
+    """Greedy decoding's output budget (eos included), as in :func:`workbench.translation.decode.greedy_decode`."""
     return max(1, min(n_src + max_extra, model.cfg.max_len - 1))
 
 
@@ -261,7 +261,7 @@ def intervened_greedy(
     reference token and, when ``capture``, the attention of the intervened model. Its argmaxes also tell where
     greedy decoding would first leave the reference: up to that position the two coincide, so decoding only
     continues from there (prefix fed at once, then step by step with the key/value cache). The result is the
-    translation :func:`workbench.decode.greedy_decode` gives under the same intervention (up to floating-point
+    translation :func:`workbench.translation.decode.greedy_decode` gives under the same intervention (up to floating-point
     near-ties between the batched and the step-by-step pass), usually for a fraction of the decoding steps.
 
     Args:

@@ -221,7 +221,7 @@ class HeadInterventionInspector:
     """Switch attention heads off and watch the translation change; the weights are never modified.
 
     One grid of toggles per attention kind (rows = layers, columns = heads; the ``all`` button of a row switches
-    the whole layer). Every change runs :func:`workbench.intervene.intervened_greedy` once: a teacher-forced pass
+    the whole layer). Every change runs :func:`workbench.inspect.intervene.intervened_greedy` once: a teacher-forced pass
     of the intervened model over the original translation gives the change in each output token's
     log-probability and the attention figures (on the original translation, so they line up with the original
     ones), and greedy decoding resumes, with the key/value cache, from the first position where the intervened
@@ -230,8 +230,8 @@ class HeadInterventionInspector:
     Attributes:
         widget: the ipywidgets box to display.
         toggles: (kind, layer, head) -> ToggleButton; ``layer_buttons``: (kind, layer) -> Button.
-        original: the :class:`~workbench.inspection.Inspection` of the unmodified model.
-        outcome: the latest :class:`~workbench.intervene.InterventionOutcome`.
+        original: the :class:`~workbench.inspect.inspection.Inspection` of the unmodified model.
+        outcome: the latest :class:`~workbench.inspect.intervene.InterventionOutcome`.
         delta_figure, attention_figure, rollout_figure: FigureWidgets updated in place.
         last_update_ms: server-side time from a toggle to updated figures; ``timings``: its parts in ms.
     """
