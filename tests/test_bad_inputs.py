@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import errno
 import gzip
+import hashlib
+import io
+import os
+import re
 import shutil
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
 
 import workbench as wb
+from workbench.tools.cli import main
 from workbench.translation.checkpoint import load_checkpoint, load_model, load_state, save_checkpoint
 from workbench.translation.data import load_multi30k, load_parallel_text
 from workbench.translation.decode import beam_search, translate
@@ -270,3 +277,342 @@ def test_nan_loss_keeps_last_good_checkpoint(tmp_path):
     with pytest.raises(wb.TrainingError):
         fit(model, TOK, pairs, pairs[:1], wb.TrainConfig(epochs=2, eval_bleu=False, device="cpu"), out_dir=tmp_path)
     assert (tmp_path / "last.pt").read_bytes() == good
+
+
+# -- the command line: every user error is one line on stderr, exit status 2, and no file lost ---------------------
+# Each case builds its situation in its own folder (a copy of one tiny finished run where it needs one), runs
+# `workbench ...` in this process (faults such as a full disk are simulated by monkeypatching the write), and checks:
+# exit status 2, exactly one line on stderr (what a terminal shows: progress bars redraw with \r and are cleared),
+# that line matches the expected message, no traceback, and every file that was there before is there after with the
+# same bytes (except those the case names, such as a run's completion record when the run is resumed).
+
+def _corpus(folder: Path, bad_line: bytes | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["ein", "mann", "hund", "frau", "rennt", "sieht", "den", "ball", "im", "park"]
+    src = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 4)) for i in range(60)]
+    (folder / "train.src").write_text("\n".join(src) + "\n")
+    (folder / "train.tgt").write_text("\n".join(" ".join(reversed(s.split())) for s in src) + "\n")
+    (folder / "val.src").write_text("\n".join(src[:6]) + "\n")
+    (folder / "val.tgt").write_text("\n".join(" ".join(reversed(s.split())) for s in src[:6]) + "\n")
+    if bad_line is not None:
+        (folder / "latin1.src").write_bytes(b"ein mann\n" + bad_line + b"\n")
+        (folder / "latin1.tgt").write_text("a man\nthe dog\n")
+    return folder
+
+
+def _train_argv(out: Path, data: Path, *extra: str) -> list[str]:
+    return ["train", "--out", str(out), "--preset", "tiny", "--epochs", "1", "--vocab-size", "80", "--max-tokens", "200",
+            "--no-eval-bleu", "--device", "cpu", "--precision", "fp32", "--train-src", str(data / "train.src"),
+            "--train-tgt", str(data / "train.tgt"), "--val-src", str(data / "val.src"), "--val-tgt",
+            str(data / "val.tgt"), *extra]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One tiny finished run (1 epoch) on a synthetic corpus: its folder and the corpus folder."""
+    root = tmp_path_factory.mktemp("cli-run")
+    data = _corpus(root / "data", bad_line="der b\xe4r".encode("latin-1"))
+    assert main(_train_argv(root / "run", data)) == 0
+    return root / "run", data
+
+
+CLI_CASES: dict = {}
+
+
+def cli_case(name, match, may_change=()):
+    def register(fn):
+        CLI_CASES[name] = (fn, match, may_change)
+        return fn
+
+    return register
+
+
+def _copy_run(finished_run, tmp_path) -> tuple[Path, Path]:
+    run, data = finished_run
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run", data
+
+
+def _stdin(mp, data: bytes) -> None:
+    mp.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+@cli_case("train --out on a finished run, no flag", r"already holds a run: pass --resume .* --overwrite .*aside")
+def _k01(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+    return _train_argv(run, data)
+
+
+@cli_case("train --resume on an empty folder", r"--resume: .* holds no run to resume .*drop --resume")
+def _k02(tmp_path, mp, fr):
+    (tmp_path / "empty").mkdir()
+    return _train_argv(tmp_path / "empty", _corpus(tmp_path / "data"), "--resume")
+
+
+@cli_case("train --resume on a mistyped folder", r"--resume: .*/rnu holds no run to resume")
+def _k03(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+    return _train_argv(tmp_path / "rnu", data, "--resume")
+
+
+@cli_case("train --resume --overwrite", r"--resume and --overwrite exclude each other")
+def _k04(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+    return _train_argv(run, data, "--resume", "--overwrite")
+
+
+@cli_case("train --out that is a file", r"--out .*notes.txt is a file, not a folder")
+def _k05(tmp_path, mp, fr):
+    (tmp_path / "notes.txt").write_text("my notes")
+    return _train_argv(tmp_path / "notes.txt", _corpus(tmp_path / "data"))
+
+
+@cli_case("train --out under a file", r"notes.txt is a file, not a folder")
+def _k06(tmp_path, mp, fr):
+    (tmp_path / "notes.txt").write_text("my notes")
+    return _train_argv(tmp_path / "notes.txt" / "run", _corpus(tmp_path / "data"))
+
+
+@cli_case("train --out that cannot be written", r"--out .*: cannot write into .*choose a folder you can write to")
+def _k07(tmp_path, mp, fr):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    mp.setattr(tempfile, "mkdtemp", refuse)  # what a read-only folder answers (root may write anywhere here)
+    return _train_argv(tmp_path / "ro" / "run", _corpus(tmp_path / "data"))
+
+
+@cli_case("train into a run another training is writing", r"another training \(pid 4242\) is writing .*wait for it",
+          may_change=("run/train.lock",))
+def _k08(tmp_path, mp, fr):
+    import fcntl
+
+    run, data = _copy_run(fr, tmp_path)
+    holder = open(run / "train.lock", "a+")  # another open file: flock conflicts with it as with another process
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    holder.seek(0)
+    holder.truncate()
+    holder.write("4242\n")
+    holder.flush()
+    mp.setattr(sys, "_workbench_test_lock", holder, raising=False)  # held until the case ends
+    return _train_argv(run, data, "--resume", "--epochs", "2")
+
+
+@cli_case("train --overwrite into a run another training is writing", r"another training \(pid \d+\) is writing",
+          may_change=("run/train.lock",))
+def _k09(tmp_path, mp, fr):
+    argv = _k08(tmp_path, mp, fr)
+    return [a for a in argv if a != "--resume"] + ["--overwrite"]
+
+
+@cli_case("train --data-dir that does not exist", r"--data-dir .*/multi3ok does not exist: give the folder")
+def _k10(tmp_path, mp, fr):
+    return ["train", "--out", str(tmp_path / "run"), "--preset", "tiny", "--epochs", "1", "--data-dir",
+            str(tmp_path / "multi3ok")]
+
+
+@cli_case("evaluate --data-dir that does not exist", r"--data-dir .*/nope does not exist")
+def _k11(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    return ["evaluate", "--checkpoint", str(run / "last.pt"), "--data-dir", str(tmp_path / "nope")]
+
+
+@cli_case("train --train-src that does not exist", r"train.sr does not exist or is not a file")
+def _k12(tmp_path, mp, fr):
+    data = _corpus(tmp_path / "data")
+    argv = _train_argv(tmp_path / "run", data)
+    argv[argv.index("--train-src") + 1] = str(data / "train.sr")
+    return argv
+
+
+@cli_case("train --train-src in Latin-1", r"cannot read .*latin1.src as UTF-8 text")
+def _k13(tmp_path, mp, fr):
+    data = _corpus(tmp_path / "data", bad_line="der b\xe4r".encode("latin-1"))
+    argv = _train_argv(tmp_path / "run", data)
+    argv[argv.index("--train-src") + 1] = str(data / "latin1.src")
+    argv[argv.index("--train-tgt") + 1] = str(data / "latin1.tgt")
+    return argv
+
+
+@cli_case("train --resume with another architecture", r"--resume: .*last.pt \(trained with --arch transformer\) "
+                                                       r"does not fit this model")
+def _k14(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+    return _train_argv(run, data, "--resume", "--epochs", "2", "--arch", "rnn")
+
+
+@cli_case("train --resume with another model size", r"has shape .* the checkpoint was made with another config")
+def _k15(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+    argv = _train_argv(run, data, "--resume", "--epochs", "2")
+    argv[argv.index("--preset") + 1] = "small"
+    return argv
+
+
+@cli_case("disk full while saving a checkpoint", r"could not save checkpoint .*No space left on device.*intact",
+          may_change=("run/complete.json", "run/train.lock"))
+def _k16(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr(torch, "save", full)
+    return _train_argv(run, data, "--resume", "--epochs", "2")
+
+
+@cli_case("disk full while writing history.json", r"could not write .*history.json \(No space left on device\).*intact",
+          may_change=("run/complete.json", "run/train.lock", "run/ckpt_step*.pt", "run/best.pt"))
+def _k17(tmp_path, mp, fr):
+    from workbench.translation import run_folder
+
+    run, data = _copy_run(fr, tmp_path)
+
+    def full(path, text, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr(run_folder, "atomic_write_text", full)
+    return _train_argv(run, data, "--resume", "--epochs", "2")
+
+
+@cli_case("translate: Latin-1 text on stdin", r"line 2 of the input is not valid utf-8 \(byte 0xe4 at column 6\): "
+                                              r"pass --encoding")
+def _k18(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    _stdin(mp, b"ein mann\nder b\xe4r\n")
+    return ["translate", "--checkpoint", str(run)]
+
+
+@cli_case("translate --encoding that does not exist", r"--encoding latin-9x: unknown encoding")
+def _k19(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    _stdin(mp, b"ein mann\n")
+    return ["translate", "--checkpoint", str(run), "--encoding", "latin-9x"]
+
+
+@cli_case("translate: an argument that is not UTF-8", r"sentence argument 2 is not valid UTF-8")
+def _k20(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    return ["translate", "--checkpoint", str(run), "ein mann", os.fsdecode(b"der b\xe4r")]
+
+
+@cli_case("translate --checkpoint that does not exist", r"checkpoint .*/lats.pt does not exist")
+def _k21(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    return ["translate", "--checkpoint", str(run / "lats.pt"), "ein mann"]
+
+
+@cli_case("translate --checkpoint that is truncated", r"cut.pt is not a readable checkpoint .*truncated or corrupt")
+def _k22(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    (tmp_path / "cut.pt").write_bytes((run / "last.pt").read_bytes()[:5000])
+    return ["translate", "--checkpoint", str(tmp_path / "cut.pt"), "ein mann"]
+
+
+@cli_case("translate --checkpoint of a folder without checkpoints", r"no checkpoint in .*expected averaged.pt")
+def _k23(tmp_path, mp, fr):
+    (tmp_path / "empty").mkdir()
+    return ["translate", "--checkpoint", str(tmp_path / "empty"), "ein mann"]
+
+
+def _edited_shipped(tmp_path, mp) -> Path:
+    from workbench.translation import shipped
+
+    root = tmp_path / "pretrained"
+    shutil.copytree(shipped.WEIGHTS_DIR / "small-de-en", root / "small-de-en")
+    card = root / "small-de-en" / "card.json"
+    card.write_text(card.read_text().replace('"alpha": ', '"alpha": 1', 1))  # a changed length penalty
+    mp.setattr(shipped, "WEIGHTS_DIR", root)
+    return card
+
+
+@cli_case("translate with a shipped model whose card was edited", r"card.json does not match its recorded SHA-256")
+def _k24(tmp_path, mp, fr):
+    _edited_shipped(tmp_path, mp)
+    return ["translate", "--checkpoint", "small-de-en", "ein mann"]
+
+
+@cli_case("pretrained list with an edited card", r"card.json does not match its recorded SHA-256")
+def _k25(tmp_path, mp, fr):
+    _edited_shipped(tmp_path, mp)
+    return ["pretrained", "list"]
+
+
+@cli_case("average a folder without snapshots", r"no ckpt_stepNNNNNNN.pt files in .*train with --out")
+def _k26(tmp_path, mp, fr):
+    (tmp_path / "empty").mkdir()
+    return ["average", str(tmp_path / "empty")]
+
+
+@cli_case("average --out under a file", r"--out: the folder .*notes.txt is a file, not a folder")
+def _k27(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes")
+    return ["average", str(run), "--last", "1", "--out", str(tmp_path / "notes.txt" / "averaged.pt")]
+
+
+@cli_case("disk full while averaging", r"could not write .*averaged.pt .*No space left on device.*intact")
+def _k28(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    mp.setattr(torch, "save", full)
+    return ["average", str(run), "--last", "1"]
+
+
+@cli_case("export into a file", r"OUT_DIR .*notes.txt is a file, not a folder")
+def _k29(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes")
+    return ["export", str(run), str(tmp_path / "notes.txt"), "--to", "huggingface"]
+
+
+@cli_case("evaluate a checkpoint that is not ours", r"is not an Attention Workbench checkpoint")
+def _k30(tmp_path, mp, fr):
+    torch.save({"state_dict": {}}, tmp_path / "other.pt")
+    return ["evaluate", "--checkpoint", str(tmp_path / "other.pt"), "--limit", "2"]
+
+
+@cli_case("translate a sentence longer than the model's max_len", r"more than the model's max_len=128")
+def _k31(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    return ["translate", "--checkpoint", str(run), " ".join(["mann"] * 200)]
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_cli_catalogue_has_at_least_25_cases():
+    assert len(CLI_CASES) >= 25
+
+
+@pytest.mark.parametrize("name", list(CLI_CASES))
+def test_cli_catalogue(name, tmp_path, monkeypatch, capsys, finished_run):
+    import fnmatch
+
+    fn, match, may_change = CLI_CASES[name]
+    work = tmp_path / "case"
+    work.mkdir()
+    argv = fn(work, monkeypatch, finished_run)
+    before = _files(work)
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    shown = [line.rsplit("\r", 1)[-1] for line in err.split("\n")]  # what a terminal shows after \r redraws
+    shown = [line for line in shown if line.strip()]
+    assert code == 2, f"{name}: exit {code}, stderr {err!r}"
+    assert len(shown) == 1, f"{name}: stderr has {len(shown)} lines: {shown}"
+    assert "Traceback" not in err and shown[0].startswith(f"workbench {argv[0]}: error: ")
+    assert re.search(match, shown[0]), f"{name}: {shown[0]!r} does not match {match!r}"
+    after = _files(work)
+    for path, digest in before.items():
+        if any(fnmatch.fnmatch(path, pattern) for pattern in may_change):
+            continue
+        assert after.get(path) == digest, f"{name}: {path} was {'changed' if path in after else 'lost'}"
+    assert not [p for p in after if p.endswith(".tmp")], f"{name}: a temporary file was left: {sorted(after)}"

@@ -238,3 +238,46 @@ def test_beam_search_under_a_patch_is_the_same_with_and_without_the_kv_cache(min
     torch.testing.assert_close(fast_scores, slow_scores, atol=1e-4, rtol=1e-4)
     assert not torch.allclose(fast_scores, plain_scores)  # the patch reaches the beams
     assert all_hooks(model) == 0
+
+
+def test_cache_from_a_model_with_other_weights_is_refused_unless_allowed(minimal_pair):
+    """Same architecture and vocabulary, other weights (another seed): refused by default, naming both fingerprints
+    and the way out; with allow_other_model=True the other model's activations are patched in and change the run."""
+    from workbench.inspect.patching import weights_fingerprint
+
+    model, clean, _, tgt = minimal_pair
+    torch.manual_seed(1)
+    other = build_model(preset("tiny", d_model=48, n_heads=4, n_enc_layers=2, n_dec_layers=3), 40, 40).eval()
+    foreign = cache_activations(other, clean, tgt)
+    assert foreign.fingerprint == weights_fingerprint(other) != weights_fingerprint(model)
+    with pytest.raises(PatchingError, match=r"other weights .*allow_other_model=True"), patch(model, foreign, "enc.1.resid"):
+        pass
+    assert all_hooks(model) == 0
+    plain = model(clean, tgt)
+    with patch(model, foreign, ["enc.1.resid"], allow_other_model=True):
+        crossed = model(clean, tgt)
+    assert not torch.allclose(plain, crossed)  # the foreign memory reached the decoder
+    with pytest.raises(PatchingError, match="other weights"):
+        patched_greedy(model, clean, foreign, ["enc.1.resid"], bos_id=2, eos_id=3)
+    own = cache_activations(model, clean, tgt)
+    with patch(model, own, ["enc.1.resid"]):  # its own cache still patches
+        assert torch.equal(model(clean, tgt), plain)
+
+
+def test_weights_fingerprint_follows_in_place_changes(minimal_pair):
+    """The fingerprint is remembered per model, yet an in-place change of one weight (an optimizer step,
+    load_state_dict) gives a new one, and restoring the weights gives the old one back."""
+    import copy
+
+    from workbench.inspect.patching import weights_fingerprint
+
+    model = copy.deepcopy(minimal_pair[0])
+    before = weights_fingerprint(model)
+    assert weights_fingerprint(model) == before == weights_fingerprint(copy.deepcopy(model))
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.decoder_layers[2].ff.linear2.weight[0, 0] += 1e-3
+    changed = weights_fingerprint(model)
+    assert changed != before
+    model.load_state_dict(saved)
+    assert weights_fingerprint(model) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -22,7 +23,10 @@ def fake_training(monkeypatch):
     def train_translation(run, out_dir):
         trained.append(Path(out_dir))
         Path(out_dir).mkdir(parents=True)
+        (Path(out_dir) / "run.json").write_text("{}")
         (Path(out_dir) / "last.pt").write_bytes(b"stub")
+        (Path(out_dir) / "complete.json").write_text(json.dumps(
+            {"settings": run.to_flat(), "step": run.train.max_steps, "stopped_reason": "max steps"}, default=str))
 
     monkeypatch.setattr(pipeline, "train_translation", train_translation)
     monkeypatch.setattr(workbench.translation.checkpoint, "load_model", lambda path: ("model", "tokenizer", {}))

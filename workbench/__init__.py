@@ -15,6 +15,7 @@ from workbench.errors import (
     InterventionError,
     NotebookParameterError,
     PatchingError,
+    RunFolderError,
     TrainingError,
     WorkbenchError,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "RECIPES",
     "RunConfig",
     "TrainConfig",
+    "RunFolderError",
     "TrainingError",
     "Transformer",
     "WorkbenchError",

@@ -39,6 +39,11 @@ class PrecisionError(WorkbenchError, ValueError):
     """A number format the device cannot run (bf16 asked for on a processor without bf16 support)."""
 
 
+class RunFolderError(WorkbenchError, ValueError):
+    """A run folder that cannot be used as asked: it holds another run, another training holds its lock, there is
+    no run to resume, or it cannot be written (a file, no permission, a full disk)."""
+
+
 class TrainingError(WorkbenchError, RuntimeError):
     """Training cannot go on (non-finite loss, diverged run...)."""
 

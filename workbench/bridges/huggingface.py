@@ -35,6 +35,7 @@ from torch import Tensor
 from workbench.errors import BridgeError, InputTextError
 from workbench.model.config import ModelConfig
 from workbench.model.transformer import Transformer, build_model
+from workbench.translation.shipped import MANIFEST, verify_manifest, write_manifest
 from workbench.translation.tokenizer import check_texts
 
 log = logging.getLogger(__name__)
@@ -294,9 +295,15 @@ def _load_hf_marian(folder: Path) -> Any:
 
 
 def load_marian(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Any, dict[str, Any]]:
-    """A Marian model saved in ``folder`` (``save_pretrained``'s layout) as (workbench model, tokenizer, info)."""
+    """A Marian model saved in ``folder`` (``save_pretrained``'s layout) as (workbench model, tokenizer, info).
+
+    A folder that :func:`to_huggingface` wrote holds a ``SHA256SUMS`` of its files: they are checked first, and an
+    edited or truncated file (its config included) is a :class:`BridgeError` naming it.
+    """
     transformers = _require_transformers()
     folder = Path(folder)
+    if (folder / MANIFEST).is_file():
+        verify_manifest(folder, error=BridgeError, fix="export the model again (`workbench export`)")
     hf_model = _load_hf_marian(folder)
     hf_tok = transformers.AutoTokenizer.from_pretrained(folder)
     model, tokenizer = from_huggingface(hf_model, hf_tok)
@@ -476,6 +483,7 @@ def to_huggingface(model: Transformer, tokenizer: Any, out_dir: str | Path) -> P
     """Write ``model`` and ``tokenizer`` to ``out_dir`` as a transformers Marian folder (``config.json``,
     ``model.safetensors``, ``generation_config.json``, ``tokenizer.json``, ``tokenizer_config.json``).
 
+    A ``SHA256SUMS`` of those files is written last (``load_marian`` checks it).
     ``MarianMTModel.from_pretrained(out_dir)`` and ``AutoTokenizer.from_pretrained(out_dir)`` load it; its
     ``generate`` starts from ``<bos>`` and forces ``<eos>`` at the length limit, as the workbench's decoders do.
     """
@@ -484,4 +492,6 @@ def to_huggingface(model: Transformer, tokenizer: Any, out_dir: str | Path) -> P
     hf = to_huggingface_model(model, tokenizer)
     hf.save_pretrained(out)
     to_huggingface_tokenizer(tokenizer, model.cfg.max_len).save_pretrained(out)
+    # the SHA-256 of every file written, checked when the workbench loads the folder again (load_marian)
+    write_manifest(out, [p.name for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST])
     return out

@@ -35,12 +35,17 @@ recomputation. Target positions beyond the cached prefix are left as they are.
 
 Like capture, patching is a side door: hooks are registered when the ``with`` block opens and removed when it
 closes, also after an exception; the model's weights are never touched.
+
+A cache knows its model: it records the architecture and a fingerprint of the weights (:func:`weights_fingerprint`),
+and :func:`patch` refuses a cache from a model with other weights unless asked (``allow_other_model=True``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +57,7 @@ from workbench.errors import PatchingError
 
 __all__ = [
     "ActivationCache", "Site", "activation_sites", "cache_activations", "patch", "patch_plans", "patched_greedy",
-    "positions_differing", "site_names",
+    "positions_differing", "site_names", "weights_fingerprint",
 ]
 
 
@@ -111,6 +116,31 @@ def _signature(model: nn.Module) -> dict[str, Any]:
     }
 
 
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (tensor versions, digest)
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """SHA-256 (first 16 hex digits) of the model's parameters and buffers, names included: two models share it
+    only when they hold the same weights.
+
+    It is remembered per model until a tensor changes (in-place updates such as an optimizer step or
+    ``load_state_dict`` bump the tensor's version counter), so asking again costs nothing.
+    """
+    tensors = model.state_dict(keep_vars=True)
+    key = tuple((name, id(t), t._version, t.data_ptr()) for name, t in tensors.items())
+    memo = _FINGERPRINTS.get(model)
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    digest = hashlib.sha256()
+    for name, t in tensors.items():
+        t = t.detach().cpu().contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}\0".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    fingerprint = digest.hexdigest()[:16]
+    _FINGERPRINTS[model] = (key, fingerprint)
+    return fingerprint
+
+
 @dataclass(frozen=True)
 class Site:
     """A site narrowed to some positions and heads.
@@ -155,13 +185,15 @@ def _as_site(item: Any) -> Site:
 class ActivationCache(Mapping):
     """Activations of one run, site name -> detached tensor on the model's device (see the module table).
 
-    Also keeps the run's inputs (``src``, ``tgt``), its ``logits`` (B, T, V), and the model's signature, so that a
-    cache from another architecture is refused by :func:`patch`.
+    Also keeps the run's inputs (``src``, ``tgt``), its ``logits`` (B, T, V), the model's signature and the
+    fingerprint of its weights (:func:`weights_fingerprint`), so that :func:`patch` refuses a cache from another
+    architecture, and from a model with other weights unless asked.
     """
 
     def __init__(self, store: dict[str, Tensor], src: Tensor, tgt: Tensor, logits: Tensor,
-                 signature: dict[str, Any]) -> None:
+                 signature: dict[str, Any], fingerprint: str | None = None) -> None:
         self._store, self.src, self.tgt, self.logits, self.signature = store, src, tgt, logits, signature
+        self.fingerprint = fingerprint  # of the weights of the model that ran (None: not recorded, not checked)
 
     def __getitem__(self, name: str) -> Tensor:
         if name not in self._store:
@@ -218,7 +250,8 @@ def cache_activations(model: nn.Module, src: Tensor, tgt: Tensor, sites: Iterabl
         for handle in handles:
             handle.remove()
         model.train(was_training)
-    return ActivationCache(store, src.detach().clone(), tgt.detach().clone(), logits.detach(), _signature(model))
+    return ActivationCache(store, src.detach().clone(), tgt.detach().clone(), logits.detach(), _signature(model),
+                           fingerprint=weights_fingerprint(model))
 
 
 def _check_name(name: Any, known: Mapping[str, Any]) -> str:
@@ -334,7 +367,8 @@ def _patched(model: nn.Module, plans: Mapping[str, _Plan]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def patch(model: nn.Module, cache: ActivationCache, sites: Iterable[str | Site | tuple] | str | Site) -> Iterator[list[Site]]:
+def patch(model: nn.Module, cache: ActivationCache, sites: Iterable[str | Site | tuple] | str | Site,
+          allow_other_model: bool = False) -> Iterator[list[Site]]:
     """Run the model with the activations at ``sites`` replaced by ``cache``'s, for the duration of the block.
 
     Works for any forward pass inside the block: teacher forcing (``model(src, tgt)``), ``encode``/``decode``,
@@ -342,16 +376,20 @@ def patch(model: nn.Module, cache: ActivationCache, sites: Iterable[str | Site |
     offset). All hooks are removed when the block ends, also after an exception.
 
     Args:
-        model: the workbench Transformer that made ``cache`` (or one of the same architecture).
+        model: the workbench Transformer that made ``cache``.
         cache: from :func:`cache_activations`; a batch of 1 is broadcast over the run's batch.
         sites: site names, :class:`Site` objects, or ``(name, pos[, head])`` tuples.
+        allow_other_model: patch with a cache that another model of the same architecture made (other weights:
+            another seed, a fine-tuned copy, a checkpoint of another step), for deliberate cross-model patching.
+            By default such a cache is refused: activations of other weights answer another question.
 
     Yields:
         The sites as :class:`Site` objects.
 
     Raises:
         PatchingError: an unknown site (the message lists the valid ones), a position or head out of range, a
-            cache from another architecture, or (during the run) a source of another token length.
+            cache from another architecture, a cache from a model with other weights (unless
+            ``allow_other_model``), or (during the run) a source of another token length.
     """
     if not isinstance(cache, ActivationCache):
         raise PatchingError(f"cache must be an ActivationCache from cache_activations, got {type(cache).__name__}")
@@ -359,6 +397,10 @@ def patch(model: nn.Module, cache: ActivationCache, sites: Iterable[str | Site |
         raise PatchingError("this cache comes from another model (architecture or vocabulary differ: cache "
                             f"{cache.signature['cfg']}, model {_signature(model)['cfg']}): cache the activations "
                             "with this model")
+    if not allow_other_model and cache.fingerprint is not None and cache.fingerprint != weights_fingerprint(model):
+        raise PatchingError(f"this cache comes from a model with other weights (fingerprint {cache.fingerprint}, this "
+                            f"model's {weights_fingerprint(model)}): cache the activations with this model, or pass "
+                            "allow_other_model=True to patch across models on purpose")
     if isinstance(sites, str | Site):
         sites = [sites]
     chosen = [_as_site(item) for item in sites]
@@ -377,8 +419,10 @@ def patch(model: nn.Module, cache: ActivationCache, sites: Iterable[str | Site |
 
 @torch.no_grad()
 def patched_greedy(model: nn.Module, src: Tensor, cache: ActivationCache | None = None,
-                   sites: Iterable[str | Site | tuple] = (), use_cache: bool = True, **kwargs: Any) -> Tensor:
-    """Greedy translation of ``src`` with ``sites`` patched from ``cache`` (no cache: the plain model).
+                   sites: Iterable[str | Site | tuple] = (), use_cache: bool = True, allow_other_model: bool = False,
+                   **kwargs: Any) -> Tensor:
+    """Greedy translation of ``src`` with ``sites`` patched from ``cache`` (no cache: the plain model;
+    ``allow_other_model`` as in :func:`patch`).
 
     ``kwargs`` go to :func:`workbench.translation.decode.greedy_decode` (``bos_id``, ``eos_id``, ``max_extra``).
 
@@ -389,7 +433,7 @@ def patched_greedy(model: nn.Module, src: Tensor, cache: ActivationCache | None 
 
     if cache is None:
         return greedy_decode(model, src, use_cache=use_cache, **kwargs)
-    with patch(model, cache, sites):
+    with patch(model, cache, sites, allow_other_model=allow_other_model):
         return greedy_decode(model, src, use_cache=use_cache, **kwargs)
 
 

@@ -53,14 +53,27 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_data_dir(data_dir: str | None) -> None:
+    """A --data-dir that was given must exist: a mistyped one would otherwise become a download target."""
+    if data_dir is not None and not Path(data_dir).is_dir():
+        from workbench.errors import DataError
+
+        what = "is a file, not a folder" if Path(data_dir).exists() else "does not exist"
+        raise DataError(f"--data-dir {data_dir} {what}: give the folder that holds the Multi30k files "
+                        "(train.de.gz...), or leave the option out to use $WORKBENCH_MULTI30K or the download cache")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from workbench.translation.pipeline import train_translation
+    from workbench.translation.run_folder import plan
 
     run = run_config_from_args(args)  # validated before any process group is joined
+    _check_data_dir(run.data_dir)
+    plan(Path(args.out), resume=args.resume, overwrite=args.overwrite)  # refused here, before any rank starts
     from workbench.runtime import init_distributed
 
     distributed = init_distributed()
-    summary = train_translation(run, out_dir=Path(args.out), resume=args.resume)
+    summary = train_translation(run, out_dir=Path(args.out), resume=args.resume, overwrite=args.overwrite)
     if distributed:
         import torch.distributed as dist
 
@@ -77,21 +90,58 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from workbench.translation.decode import translate
     from workbench.translation.shipped import default_alpha, load_any
 
+    sentences = _input_sentences(args.sentences, args.encoding)  # a bad input fails before the model loads
     device = resolve_device(args.device)
     model, tokenizer, info = load_any(_resolve_checkpoint(args.checkpoint), device=device)
     alpha = args.alpha if args.alpha is not None else default_alpha(info)
-    sentences = list(args.sentences) or [line.rstrip("\n") for line in sys.stdin]
     for line in translate(model, tokenizer, sentences, beam=args.beam, alpha=alpha, device=device,
                           precision=args.precision):
         print(line)
     return 0
 
 
+def _input_sentences(arguments: Sequence[str], encoding: str) -> list[str]:
+    """The sentences to translate: the arguments, else stdin one a line, decoded with ``encoding``; a line that is
+    not in that encoding is one :class:`InputTextError` naming it."""
+    import codecs
+
+    from workbench.errors import InputTextError
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError as exc:
+        raise InputTextError(f"--encoding {encoding}: unknown encoding: use a Python codec name such as utf-8, "
+                             "latin-1 or cp1252") from exc
+    if arguments:
+        for i, text in enumerate(arguments, 1):
+            if any("\udc80" <= ch <= "\udcff" for ch in text):  # undecodable bytes (os.fsdecode's surrogateescape)
+                raise InputTextError(f"sentence argument {i} is not valid UTF-8: pass the text on stdin with "
+                                     "--encoding (e.g. --encoding latin-1), or convert it to UTF-8 with iconv")
+        return list(arguments)
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream (tests, notebooks): already decoded
+        return [line.rstrip("\n") for line in sys.stdin]
+    lines = stream.read().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for i, raw in enumerate(lines, 1):
+        try:
+            out.append(raw.decode(encoding).removesuffix("\r"))
+        except UnicodeDecodeError as exc:
+            raise InputTextError(
+                f"line {i} of the input is not valid {encoding} (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}): "
+                "pass --encoding with the text's encoding (e.g. --encoding latin-1), or convert it to UTF-8 with iconv"
+            ) from exc
+    return out
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    from workbench.translation.run_folder import check_writable_folder
     from workbench.translation.shipped import load_any
 
+    out = check_writable_folder(args.out_dir, "OUT_DIR")
     model, tokenizer, info = load_any(_resolve_checkpoint(args.model), device="cpu")
-    out = Path(args.out_dir)
     if out.exists() and any(out.iterdir()) and not args.force:
         from workbench.errors import BridgeError
 
@@ -123,6 +173,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from workbench.translation.pipeline import evaluate_checkpoint
 
+    _check_data_dir(args.data_dir)
     result = evaluate_checkpoint(
         _resolve_checkpoint(args.checkpoint),
         split=args.split,
@@ -203,7 +254,10 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
 
 def cmd_average(args: argparse.Namespace) -> int:
     from workbench.translation.checkpoint import average_last
+    from workbench.translation.run_folder import check_writable_folder
 
+    if args.out:  # the folder the averaged file goes into must be a folder one can write
+        check_writable_folder(Path(args.out).parent, "--out: the folder")
     out = average_last(Path(args.run_dir), last=args.last, out=Path(args.out) if args.out else None)
     print(out)
     return 0
@@ -310,9 +364,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # -- parser --------------------------------------------------------------------------------------------------------
 JOBS_HELP = ("notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or "
              "$WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
-PRECISION_HELP = ("number format of decoding: auto (bf16 on CUDA, and on a CPU with bf16 matrix units where a short "
-                  "probe measures it faster; fp32 otherwise), fp32, or bf16 (an error on a CPU without bf16 support) "
-                  "(default: auto)")
+PRECISION_HELP = ("number format of decoding: fp32 (the default: the cards' scores, the same on every machine), bf16 "
+                  "(an error on a CPU without bf16 support), or auto (bf16 on CUDA, and on a CPU with bf16 matrix "
+                  "units where a short probe measures it faster, so the result can depend on the machine's load; "
+                  "fp32 otherwise); the output says which ran (default: fp32)")
 GRADE_DESCRIPTION = """\
 Grade a class. GRADING EXECUTES STUDENT CODE: each student's exercise functions (and, without --checks-only, the
 whole notebook) run in a child process. What isolates it on Linux: its own temporary folder as HOME, TMPDIR and
@@ -362,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "first one reached stops the run; there is no epoch limit unless --epochs is given).")
     p.add_argument("--out", required=True, help="run folder for checkpoints, tokenizer and history")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--overwrite", action="store_true",
+                   help="--out holds a run: move it aside (to OUT.replaced-YYYYmmdd-HHMMSS, nothing is deleted) and "
+                        "start a new one there")
     p.add_argument("--recipe", choices=list(RECIPES), default=None,
                    help="start from this named run of workbench.translation.run.RECIPES (cpu-small: the shipped "
                         "small-de-en's); the options given beside it change only the fields they name")
@@ -373,7 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=DECODING.beam, help="beam size (1 = greedy)")
     p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     p.add_argument("--device", default="auto")
-    p.add_argument("--precision", default="auto", choices=list(PRECISIONS), help=PRECISION_HELP)
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help=PRECISION_HELP)
+    p.add_argument("--encoding", default="utf-8", help="the encoding of the text on stdin (default: utf-8)")
     p.add_argument("sentences", nargs="*")
     p.set_defaults(func=cmd_translate)
 
@@ -385,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     p.add_argument("--limit", type=int, default=None, help="evaluate on the first N sentences only")
     p.add_argument("--device", default="auto")
-    p.add_argument("--precision", default="auto", choices=list(PRECISIONS), help=PRECISION_HELP)
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help=PRECISION_HELP)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_evaluate)
 

@@ -33,6 +33,7 @@ from workbench.translation.checkpoint import average_last, load_model, step_chec
 from workbench.translation.data import load_multi30k
 from workbench.translation.data import sha256 as sha256_file
 from workbench.translation.decode import DECODING
+from workbench.translation.files import atomic_write_text
 from workbench.translation.pipeline import score
 from workbench.translation.shipped import (
     FILES,
@@ -41,6 +42,7 @@ from workbench.translation.shipped import (
     model_dir,
     read_card,
     verify_pretrained,
+    write_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -69,12 +71,14 @@ def export_weights(model: nn.Module, tokenizer: Any, out_dir: str | Path, src_la
 
 
 def write_card(out_dir: str | Path, card: dict[str, Any]) -> Path:
-    """Render ``CARD.md`` from ``card`` and write ``card.json`` with the SHA-256 of every other file."""
+    """Render ``CARD.md`` from ``card``, write ``card.json`` with the SHA-256 of every other file, then
+    ``SHA256SUMS`` with the SHA-256 of all of them, the card's included."""
     out = Path(out_dir)
-    (out / "CARD.md").write_text(render_card(card), encoding="utf-8")
+    atomic_write_text(out / "CARD.md", render_card(card))
     card = {**card, "sha256": {f: sha256_file(out / f) for f in FILES},
             "bytes": {f: (out / f).stat().st_size for f in FILES}}
-    (out / "card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(out / "card.json", json.dumps(card, indent=2, ensure_ascii=False) + "\n")
+    write_manifest(out, (*FILES, "card.json"))  # last: the card is covered by a hash too
     return out / "card.json"
 
 

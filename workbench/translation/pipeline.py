@@ -5,6 +5,7 @@ These are the functions behind ``workbench train`` and ``workbench evaluate``; n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,7 +17,6 @@ from typing import Any
 import torch
 
 from workbench.errors import ConfigError, DataError
-from workbench.runtime import PrecisionLike
 from workbench.translation.decode import DECODING
 from workbench.translation.run import RunConfig
 
@@ -51,14 +51,23 @@ def build_translator(arch: str, preset_name: str, vocab_size: int, pad_id: int, 
     return build_from_preset(arch, preset_name, vocab_size, vocab_size, pad_id, **overrides)
 
 
-def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume: bool = False) -> dict[str, Any]:
+def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume: bool = False,
+                      overwrite: bool = False) -> dict[str, Any]:
     """Train the translator ``run`` describes and write its run folder to ``out_dir``; returns a summary (also saved
-    as ``summary.json``). ``resume=True`` continues the run in ``out_dir`` from its ``last.pt``.
+    as ``summary.json``, then ``complete.json``: the settings and step count of a run that finished as asked).
 
-    Under ``torchrun`` every rank returns the summary and only rank 0 writes files (checkpoints and the summary).
+    The folder is owned (:mod:`workbench.translation.run_folder`): a folder that holds a run is refused unless
+    ``resume=True`` (continue it from its ``last.pt``; a run interrupted before its first epoch ended starts again
+    from step 0) or ``overwrite=True`` (the old run is moved aside, never deleted); ``resume`` where no run is is
+    refused; a lock keeps a second training out. Nothing is changed before the data has loaded.
+
+    Under ``torchrun`` every rank returns the summary and only rank 0 takes the folder and writes files.
     """
+    import torch.distributed as dist
+
     from workbench.runtime import set_seed
-    from workbench.translation.checkpoint import load_checkpoint
+    from workbench.translation import run_folder
+    from workbench.translation.checkpoint import load_checkpoint, load_state
     from workbench.translation.tokenizer import SubwordTokenizer
     from workbench.translation.train import fit
 
@@ -67,21 +76,45 @@ def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume
                           "RunConfig.from_flat(...) or workbench.recipe('cpu-small', ...)")
     cfg = run.train
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    writer = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    mode = run_folder.plan(out, resume=resume, overwrite=overwrite) if writer else "resume" if resume else "new"
     train_pairs = load_pairs("train", run.src, run.tgt, run.data_dir, run.limit, run.train_src, run.train_tgt)
     val_pairs = load_pairs("val", run.src, run.tgt, run.data_dir, None, run.val_src, run.val_tgt)
     set_seed(cfg.seed)
+    overrides = {} if run.dropout is None else {"dropout": run.dropout}
     if resume and (out / "last.pt").exists():
         ckpt = load_checkpoint(out / "last.pt")
         tokenizer = SubwordTokenizer.from_json(ckpt["tokenizer"])
+        model = build_translator(run.arch, run.preset, tokenizer.src_vocab_size, tokenizer.pad_id, **overrides)
+        # a checkpoint of another architecture or size is refused here, before the folder is touched
+        load_state(model, ckpt["model"], source=f"--resume: {out / 'last.pt'} (trained with --arch "
+                                                  f"{ckpt.get('arch')})")
+        del ckpt
     else:
+        if resume:
+            log.info("no epoch of the run in %s had finished: training it again from step 0", out)
         # the tokenizer sees the training split only, never validation or test text
         tokenizer = SubwordTokenizer.train(train_pairs, vocab_size=run.vocab_size, joint=True)
-    overrides = {} if run.dropout is None else {"dropout": run.dropout}
-    model = build_translator(run.arch, run.preset, tokenizer.src_vocab_size, tokenizer.pad_id, **overrides)
-    start = time.perf_counter()
-    history = fit(model, tokenizer, train_pairs, val_pairs, cfg, out_dir=out, resume=resume,
-                  meta={"src_lang": run.src, "tgt_lang": run.tgt})
+        model = build_translator(run.arch, run.preset, tokenizer.src_vocab_size, tokenizer.pad_id, **overrides)
+    settings = run.to_flat()
+    with run_folder.open_run(out, mode, settings) if writer else contextlib.nullcontext(out):
+        start = time.perf_counter()
+        history = fit(model, tokenizer, train_pairs, val_pairs, cfg, out_dir=out, resume=resume,
+                      meta={"src_lang": run.src, "tgt_lang": run.tgt})
+        summary = _summary(run, out, tokenizer, train_pairs, history, time.perf_counter() - start)
+        if writer:
+            run_folder.write_record(out / "summary.json", summary)
+            # written last: the run finished as asked (get_translator reuses a cached run only with it)
+            run_folder.write_record(out / run_folder.COMPLETE_RECORD, {
+                "settings": settings, "step": history.step, "epochs": len(history.train_loss),
+                "stopped_reason": history.stopped_reason, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return summary
+
+
+def _summary(run: RunConfig, out: Path, tokenizer: Any, train_pairs: list[tuple[str, str]], history: Any,
+             seconds: float) -> dict[str, Any]:
+    """What ``workbench train`` prints and writes as ``summary.json``."""
+    cfg = run.train
     summary = {
         "arch": run.arch,
         "preset": run.preset,
@@ -94,22 +127,19 @@ def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume
         "epochs_run": len(history.train_loss),
         "best_val_loss": min(history.val_loss) if history.val_loss else None,
         "last_val_bleu": history.val_bleu[-1] if history.val_bleu else None,
-        "seconds": round(time.perf_counter() - start, 1),
+        "seconds": round(seconds, 1),
         "stopped_reason": history.stopped_reason,
         "precision": history.precision,
         "precision_reason": history.precision_reason,
+        "steps": history.step,
         "out_dir": str(out),
     }
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
 def score(model: torch.nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int = 1,
           alpha: float = DECODING.alpha, device: str | torch.device = "cpu", keep_hypotheses: bool = False,
-          precision: PrecisionLike = "fp32") -> dict[str, Any]:
+          precision: str | Any = "fp32") -> dict[str, Any]:
     """The one scoring function: sacreBLEU (with its signature), chrF and tokenized lower-cased BLEU of a model's
     translations of ``pairs`` (greedy for ``beam=1``, else beam search with length penalty ``alpha``).
 
@@ -148,7 +178,7 @@ def evaluate_checkpoint(
     src: str | None = None,
     tgt: str | None = None,
     write_hypotheses: bool = True,
-    precision: PrecisionLike = "fp32",
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split.
 
@@ -174,7 +204,9 @@ def evaluate_checkpoint(
               "checkpoint": str(checkpoint)}
     if write_hypotheses and not is_pretrained_name(str(checkpoint)):
         path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}.beam{beam}.{tgt}.txt")
-        path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        from workbench.translation.files import atomic_write_text
+
+        atomic_write_text(path, "\n".join(hyps) + "\n")
         result["hypotheses"] = str(path)
     return result
 
@@ -212,6 +244,11 @@ def get_translator(run: RunConfig | None = None, cache_dir: str | Path | None = 
     Give ``run`` a step budget (``max_steps``: the same model on every machine) and no wall-clock one unless you
     mean it. The cache folder is keyed by the run's settings (its data folder aside), the package version and a
     hash of the training code (:func:`training_code_fingerprint`), so a model trained by older code is never reused.
+
+    A cached run is reused only when its completion record (``complete.json``, written last) says it finished as
+    asked: the same settings and, for a run stopped by its step budget, that many steps. An entry without one (the
+    training was interrupted) is resumed from its ``last.pt``, or trained again when no epoch had finished; a log
+    line says which.
     """
     import hashlib
 
@@ -229,10 +266,53 @@ def get_translator(run: RunConfig | None = None, cache_dir: str | Path | None = 
     key = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
     root = Path(cache_dir) if cache_dir else Path(os.environ.get("WORKBENCH_CACHE", user_cache_dir("attention-workbench")))
     folder = root / "models" / f"{run.arch}-{run.preset}-{run.src}{run.tgt}-{key}"
-    if not (folder / "last.pt").exists():
-        log.info("training %s into %s (budget: %s steps, %s minutes)", run.arch, folder, run.train.max_steps,
-                 run.train.max_minutes)
-        train_translation(run, out_dir=folder)
+    if not finished_as_asked(folder, run):
+        train_cached(run, folder)
     model, tokenizer, state = load_model(folder / "last.pt")
     state["run_dir"] = str(folder)
     return model, tokenizer, state
+
+
+def finished_as_asked(folder: str | Path, run: RunConfig) -> bool:
+    """True when the run folder's completion record (``complete.json``, written last by
+    :func:`train_translation`) says it trained ``run`` to the end: the same settings (the data folder aside) and,
+    when the step budget stopped it, ``max_steps`` steps."""
+    from workbench.translation.run_folder import COMPLETE_RECORD, read_record
+
+    folder = Path(folder)
+    record = read_record(folder / COMPLETE_RECORD)
+    if not record or not (folder / "last.pt").exists():
+        return False
+    ignore = {"data_dir"}
+    asked = {k: v for k, v in run.to_flat().items() if k not in ignore}
+    done = {k: v for k, v in (record.get("settings") or {}).items() if k not in ignore}
+    if json.dumps(asked, sort_keys=True, default=str) != json.dumps(done, sort_keys=True, default=str):
+        return False
+    if record.get("stopped_reason") == "max steps" and record.get("step") != run.train.max_steps:
+        return False
+    return True
+
+
+def train_cached(run: RunConfig, folder: Path) -> None:
+    """Train ``run`` into the cache entry ``folder``: a new entry is trained, an interrupted one (no completion
+    record) is resumed from its ``last.pt`` or trained again from step 0, and the log says which."""
+    from workbench.translation.checkpoint import load_checkpoint
+    from workbench.translation.run_folder import RUN_RECORD, holds_run
+
+    budget = f"budget: {run.train.max_steps} steps, {run.train.max_minutes} minutes"
+    if (folder / RUN_RECORD).exists():
+        if (folder / "last.pt").exists():
+            step = load_checkpoint(folder / "last.pt").get("step")
+            log.info("cached model %s was interrupted at step %s (no completion record): resuming it (%s)", folder,
+                     step, budget)
+        else:
+            log.info("cached model %s was interrupted before its first epoch ended (no completion record): "
+                     "training it again from step 0 (%s)", folder, budget)
+        train_translation(run, out_dir=folder, resume=True)
+    elif holds_run(folder):
+        log.info("cached model %s has no run record (an interrupted or foreign entry): training it again (%s; the "
+                 "old entry is moved aside)", folder, budget)
+        train_translation(run, out_dir=folder, overwrite=True)
+    else:
+        log.info("training %s into %s (%s)", run.arch, folder, budget)
+        train_translation(run, out_dir=folder)

@@ -7,9 +7,11 @@ Each model lives in ``workbench/pretrained/NAME/``:
     tokenizer.json      the subword tokenizer, trained on the training split only
     CARD.md             the model card for people
     card.json           the same for programs: recipe, hardware, scores with sacreBLEU signatures, SHA-256 of files
+    SHA256SUMS          the SHA-256 of all five files above, card.json included (``sha256sum -c SHA256SUMS``)
 
-Loading checks every file's SHA-256 against ``card.json`` first and refuses a changed or truncated file with a
-:class:`PretrainedError` that names it; nothing on disk is modified. Nothing is downloaded. Building these folders
+Loading checks every file's SHA-256 (``card.json``'s against ``SHA256SUMS``, the others against both) first and
+refuses a changed or truncated file, an edited card too, with a :class:`PretrainedError` that names it; nothing on
+disk is modified. Nothing is downloaded. Building these folders
 from a training run (export, cards, the choices on val) is :mod:`workbench.tools.release`.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "pretrained"
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "CARD.md")  # hashed in card.json
+MANIFEST = "SHA256SUMS"  # the SHA-256 of FILES and card.json, in sha256sum's format
 
 
 class PretrainedError(CheckpointError):
@@ -62,14 +66,64 @@ def model_dir(name: str, root: str | Path | None = None) -> Path:
     return root / name
 
 
+def write_manifest(folder: str | Path, files: Sequence[str]) -> Path:
+    """Write ``folder/SHA256SUMS``: the SHA-256 of each of ``files`` (names inside ``folder``), in the format of
+    ``sha256sum`` (so ``sha256sum -c SHA256SUMS`` checks them too), atomically."""
+    from workbench.translation.files import atomic_write_text
+
+    folder = Path(folder)
+    lines = [f"{sha256_file(folder / name)}  {name}\n" for name in sorted(files)]
+    return atomic_write_text(folder / MANIFEST, "".join(lines))
+
+
+def verify_manifest(folder: str | Path, required: Sequence[str] = (), error: type[Exception] | None = None,
+                    fix: str = "restore it with `git checkout -- workbench/pretrained` or reinstall the package",
+                    only: Sequence[str] | None = None) -> dict[str, str]:
+    """Check the files of ``folder`` against its ``SHA256SUMS`` (each listed file, or those of ``only``); returns
+    name -> SHA-256.
+
+    Raises:
+        ``error`` (default :class:`PretrainedError`), in one line: the manifest is missing or does not list one of
+        ``required``, a listed file is missing, or a file does not match its SHA-256 (left as it is).
+    """
+    error = error or PretrainedError
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise error(f"{path} is missing: the folder's files (its card included) cannot be checked; {fix}")
+    recorded: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        digest, _, name = line.partition("  ")
+        if name:
+            recorded[name.lstrip("*")] = digest
+    for name in required:
+        if name not in recorded:
+            raise error(f"{path} records no SHA-256 for {name}: the manifest is incomplete; {fix}")
+    for name in only if only is not None else recorded:
+        file = folder / name
+        if not file.is_file():
+            raise error(f"{file} is missing; {fix}")
+        actual = sha256_file(file)
+        if actual != recorded.get(name):
+            raise error(f"{file} does not match its recorded SHA-256 ({MANIFEST}: expected "
+                        f"{str(recorded.get(name))[:12]}..., found {actual[:12]}...): the file was edited or "
+                        f"truncated. It was left as it is; {fix}")
+    return recorded
+
+
 def read_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
-    """The machine-readable card of a shipped model (no hash check; see :func:`verify_pretrained`)."""
-    return json.loads((model_dir(name, root) / "card.json").read_text(encoding="utf-8"))
+    """The machine-readable card of a shipped model, checked against its ``SHA256SUMS`` (an edited card is a
+    :class:`PretrainedError`; :func:`verify_pretrained` checks the other files too)."""
+    folder = model_dir(name, root)
+    verify_manifest(folder, required=("card.json",), only=("card.json",))
+    return json.loads((folder / "card.json").read_text(encoding="utf-8"))
 
 
 def verify_pretrained(name: str, root: str | Path | None = None) -> dict[str, Any]:
-    """Check every file of a shipped model against the SHA-256 in its card; returns the card."""
+    """Check every file of a shipped model, its card included, against ``SHA256SUMS`` and the SHA-256 in its
+    card; returns the card."""
     folder = model_dir(name, root)
+    verify_manifest(folder, required=(*FILES, "card.json"))
     card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
     recorded = card.get("sha256") or {}
     for fname in FILES:

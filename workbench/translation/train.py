@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import math
 import time
@@ -52,6 +51,7 @@ class History:
     stopped_reason: str = ""  # "epochs", "max steps", "time budget", "early stopping"
     precision: str = ""  # the number format training ran in: "fp32" or "bf16" (TrainConfig.precision resolved)
     precision_reason: str = ""  # why that one (asked for, or what the start-up probe measured)
+    step: int = 0  # optimizer steps taken by the end of the last epoch
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -203,6 +203,7 @@ def fit(
             callbacks["on_epoch_end"](epoch + 1, run.history)
         if stop:
             break
+    run.history.step = run.step
     model.eval()
     return run.history
 
@@ -420,6 +421,7 @@ def _end_epoch(run: _Run, epoch: int, totals: _EpochTotals) -> bool:
     h.mfu.append(totals.flops / seconds / run.peak if run.peak is not None and totals.flops else None)
     h.lr.append(run.scheduler.get_last_lr()[0])
     h.elapsed_s.append(time.perf_counter() - run.t0)
+    h.step = run.step
     val = evaluate(run.model, run.val_batches, run.pad_id, run.device)
     h.val_loss.append(val["loss"])
     h.val_ppl.append(val["ppl"])
@@ -458,18 +460,23 @@ def _stop_decision(run: _Run, epoch: int, stop: str) -> str:
 
 
 def _save_epoch(run: _Run, epoch: int, improved: bool, keep_last: int) -> None:
-    """Rank 0 writes the epoch's numbered checkpoint, ``last.pt``, ``best.pt`` when the validation loss improved,
-    and ``history.json``; only the newest ``keep_last`` numbered checkpoints are kept."""
+    """Rank 0 writes the epoch's numbered checkpoint, ``best.pt`` when the validation loss improved,
+    ``history.json``, prunes the numbered checkpoints to the newest ``keep_last``, and writes ``last.pt`` last.
+
+    Every file is written atomically, and ``last.pt`` (what ``resume`` starts from) only once the others are on
+    disk: a run killed anywhere in between resumes from the previous epoch and writes the same files again.
+    """
     from workbench.translation.checkpoint import save_checkpoint, step_checkpoints
+    from workbench.translation.run_folder import write_record
 
     if run.out is None or run.rank != 0:
         return
     kw = dict(tokenizer=run.tokenizer, optimizer=run.optimizer, scheduler=run.scheduler, step=run.step,
               epoch=epoch + 1, history=run.history.to_dict(), train_cfg=run.cfg, extra=run.meta)
     save_checkpoint(run.out / f"ckpt_step{run.step:07d}.pt", run.model, **kw)
-    save_checkpoint(run.out / "last.pt", run.model, **kw)
     if improved:
         save_checkpoint(run.out / "best.pt", run.model, **kw)
+    write_record(run.out / "history.json", run.history.to_dict())
     for old in step_checkpoints(run.out)[:-keep_last]:
         old.unlink(missing_ok=True)
-    (run.out / "history.json").write_text(json.dumps(run.history.to_dict(), indent=1))
+    save_checkpoint(run.out / "last.pt", run.model, **kw)
