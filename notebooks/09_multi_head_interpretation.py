@@ -46,7 +46,7 @@ metrics = {}
 from workbench.translation.shipped import load_any
 from workbench.translation.data import load_multi30k
 from workbench.translation.batching import make_batch, token_batches
-from workbench.inspect.heads import head_entropy, head_confidence, positional_score, head_importance, prune_order
+from workbench.inspect.heads import head_confidence, head_importance, prune_order  # head_entropy, positional_score: exercises below
 from workbench.inspect.intervene import ablate_heads
 from workbench.inspect.pronoun import EN_PRONOUNS, english_pronouns, pronoun_attention
 from workbench.inspect.inspection import inspect_translation, to_bertviz
@@ -144,6 +144,67 @@ PREDICT_PEAKED_KIND: str | None = None  # enc_self, dec_self or cross
 
 # %% [markdown]
 # ## Confidence, entropy and positional heads over the validation set
+
+# %% [markdown]
+# ### Exercise 09.head_entropy · `head_entropy`
+#
+# How spread out is a head? The entropy of one row of weights is $H = -\sum_j w_j \log w_j$ (nats; a weight of 0
+# adds nothing): 0 when the head looks at a single key, $\log T_k$ when it spreads evenly. Average it over the real
+# query rows of a batch, for each head: a row counts when `query_mask` marks its query as real (all rows when it is
+# `None`) and it attends to something.
+#
+# Shapes: `weights` (B, H, Tq, Tk), `query_mask` (B, Tq) bool or `None` → (H,).
+
+# %% tags=["exercise", "hide-input"]
+def head_entropy(weights, query_mask=None):
+    """Mean entropy (nats) of each head's rows over the real queries. Shapes: (B, H, Tq, Tk), (B, Tq) -> (H,)."""
+    # BEGIN SOLUTION NO PROMPT
+    ent = -torch.special.xlogy(weights, weights).sum(-1)  # (B, H, Tq); xlogy(0, 0) = 0
+    valid = weights.sum(-1) > 0  # (B, H, Tq): rows that attend to something
+    if query_mask is not None:
+        valid = valid & query_mask[:, None, :]
+    return (ent * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write head_entropy, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("09.head_entropy", head_entropy)
+head_entropy = result.function  # yours if it passed, else the package's: the cells below work either way
+result
+
+# %% [markdown]
+# ### Exercise 09.positional_score · `positional_score`
+#
+# A *previous-token head* puts its weight on key $i-1$ for query $i$. For an `offset` ($-1$: previous token, $+1$:
+# next), take the weight of each query $i$ on key $i + \text{offset}$, and average it over the real query rows that
+# *have* such a key (query 0 has no previous token: it is left out, not counted as 0), for each head.
+#
+# Shapes: `weights` (B, H, T, T), `offset` an int, `query_mask` (B, T) bool or `None` → (H,).
+
+# %% tags=["exercise", "hide-input"]
+def positional_score(weights, offset, query_mask=None):
+    """Mean weight each head puts on key i + offset. Shapes: (B, H, T, T), (B, T) -> (H,)."""
+    # BEGIN SOLUTION NO PROMPT
+    T_q, T_k = weights.shape[-2:]
+    q = torch.arange(T_q)
+    q = q[(q + offset >= 0) & (q + offset < T_k)]  # the queries that have a key at i + offset
+    picked = weights[:, :, q, q + offset]  # (B, H, n)
+    valid = weights[:, :, q].sum(-1) > 0  # (B, H, n)
+    if query_mask is not None:
+        valid = valid & query_mask[:, None, q]
+    return (picked * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write positional_score, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("09.positional_score", positional_score)
+positional_score = result.function
+result
 
 # %%
 src_ids, tgt_ids = tok.encode_src([s for s, _ in val]), tok.encode_tgt([t for _, t in val])
@@ -272,6 +333,9 @@ from bertviz import head_view
 ins = inspect_translation(model, tok, SENTENCE)
 head_view(**to_bertviz(ins.cache, ins.src_tokens, ins.tgt_tokens))
 figures.head_lines(ins.weights("cross", -1), ins.out_tokens, ins.src_tokens, title="cross-attention, last layer (offline view)").show()
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -66,7 +66,7 @@ metrics = {}
 # %%
 from IPython.display import Markdown, display
 from workbench.viz.figures import markdown_table
-from workbench.lessons.complexity import KINDS, table1, layer_macs, analytic_path_length, measured_path_length, measure_layer, fit_loglog_slope
+from workbench.lessons.complexity import KINDS, table1, analytic_path_length, measured_path_length, measure_layer, fit_loglog_slope
 NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolutional": "convolutional",
          "restricted": "self-attention (restricted)"}
 
@@ -89,6 +89,35 @@ NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolut
 # kernel of width $k$ that maps $d$ input channels to $d$ output channels has $k \cdot d \cdot d$ weights, each used
 # once per position. The measurements below confirm it: convolution cost grows with $d^2$, like the recurrent layer,
 # and is $k$ times one $d \times d$ product per position, where the recurrent cell has two.
+
+# %% [markdown]
+# ### Exercise 10.layer_macs · `layer_macs`
+#
+# Write the multiply-adds column: for a layer `kind` in `KINDS` over $n$ positions of width $d$, count every matrix
+# product alike (one multiply-add per product term): self-attention $2n^2d$ ($QK^\top$ and the weights times $V$,
+# projections left out), recurrent $2nd^2$ ($W_x x_t$ and $W_h h_{t-1}$ at each of the $n$ steps), convolutional
+# $knd^2$ (a width-$k$ kernel mapping $d$ channels to $d$), restricted self-attention $2rnd$ (the two products over
+# $r$ keys per query).
+#
+# Shapes: `kind` a string, `n`, `d`, `k`, `r` ints → an int.
+
+# %% tags=["exercise", "hide-input"]
+def layer_macs(kind, n, d, k=3, r=8):
+    """Multiply-adds of one layer's matrix products over n positions of width d."""
+    # BEGIN SOLUTION NO PROMPT
+    counts = {"self_attention": 2 * n * n * d, "recurrent": 2 * n * d * d, "convolutional": k * n * d * d,
+              "restricted": 2 * r * n * d}
+    return counts[kind]
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write layer_macs, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("10.layer_macs", layer_macs)
+layer_macs = result.function  # yours if it passed, else the package's: the cells below work either way
+result
 
 # %%
 rows = table1(N, D, KERNEL, R)
@@ -283,6 +312,43 @@ metrics.update(recurrent_steps_equal_n=steps["recurrent"] == [float(n) for n in 
 # Restricted self-attention uses `R` here as everywhere else in this notebook; with the default `R` = 16 the window
 # covers every $n \le 9$ in one layer, so the smallest lengths show 1.
 
+# %% [markdown]
+# ### Exercise 10.path_length · `path_length`
+#
+# Before measuring, count: how many layers of `kind` does a signal cross from input position 0 to output position
+# $n-1$? Self-attention: 1 (and 1 for any kind when $n \le 1$); recurrent: $n$ cells; a centred kernel of width $k$
+# reaches $\lfloor (k-1)/2 \rfloor$ positions per layer and a window of $r$ keys $\lfloor r/2 \rfloor$, so
+# $\lceil (n-1) / \text{reach} \rceil$ layers; dilated convolutions (dilations $1, k, k^2, \dots$) reach $k^L - 1$
+# positions after $L$ layers, so the smallest $L$ with $k^L \ge n$. Count that last one in integers:
+# `math.log(125, 5)` is not exactly 3.
+#
+# Shapes: `kind` a string, `n`, `k`, `r` ints, `dilated` a bool → an int.
+
+# %% tags=["exercise", "hide-input"]
+def path_length(kind, n, k=3, r=8, dilated=False):
+    """Layers before output n-1 depends on input 0."""
+    # BEGIN SOLUTION NO PROMPT
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional" and dilated:
+        layers, reach = 0, 1
+        while reach < n:
+            layers, reach = layers + 1, reach * k
+        return layers
+    step = (k - 1) // 2 if kind == "convolutional" else r // 2
+    return -(-(n - 1) // step)  # ceiling division in integers
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write path_length, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("10.path_length", path_length)
+path_length = result.function
+result
+
 # %%
 r_path = R
 paths = {"self-attention": [], f"restricted (r={r_path})": [], f"convolution (k={KERNEL})": [],
@@ -307,6 +373,9 @@ metrics["path_lengths"] = {name: {"n": path_ns, "measured": paths[name], "expect
 metrics["path_lengths_match"] = all(paths[name] == expected[name] for name in paths)
 metrics["recurrent_path_equals_steps"] = paths["recurrent (cells unrolled)"] == [
     int(measure_layer("recurrent", n, 4, repeats=1)["steps"]) for n in path_ns]
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

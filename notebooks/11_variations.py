@@ -101,6 +101,36 @@ table
 # by more than $m$, and is **within noise** otherwise; for (E), whose claim is "no difference", agreeing means within
 # $m$. One yardstick run is a rough measure of noise, so read "agrees" as "consistent", not as significant.
 
+# %% [markdown]
+# ### Exercise 11.verdict · `verdict`
+#
+# Write the rule the tables below apply to one trend: `delta` is the variant's figure minus the base's, `direction`
+# what the claim says of it ($+1$ higher, $-1$ lower, $0$ the same) and `margin` the noise yardstick $m \ge 0$. A
+# directional claim **agrees** when `direction * delta` $> m$, is **opposite** when `direction * delta` $< -m$, and is
+# **within noise** otherwise; a "no difference" claim **agrees** when $|\Delta| \le m$ and **differs** otherwise.
+#
+# Shapes: `delta`, `margin` floats, `direction` an int → one of "agrees", "opposite", "within noise", "differs".
+
+# %% tags=["exercise", "hide-input"]
+def verdict(delta, direction, margin):
+    """The verdict on one trend against a noise yardstick."""
+    # BEGIN SOLUTION NO PROMPT
+    if direction == 0:
+        return "agrees" if abs(delta) <= margin else "differs"
+    if direction * delta > margin:
+        return "agrees"
+    return "opposite" if direction * delta < -margin else "within noise"
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write verdict, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("11.verdict", verdict)
+verdict = result.function  # yours if it passed, else the package's: the exercise below may use it
+result
+
 # %%
 from workbench.lessons.verdicts import judge_claims
 b = rows["base"]
@@ -157,6 +187,37 @@ metrics.update(rows=rows, claims=paper, signs=signs, noise_margin_log_ppl=margin
 # initial weights, the batch order and the dropout draws, so the rows of one seed are *paired*: each trend is the mean,
 # over seeds, of the variant's figure minus the base's from the same seed, and it counts when it exceeds two standard
 # errors of that mean (`workbench.lessons.table3.judge_seeded`).
+
+# %% [markdown]
+# ### Exercise 11.paired_verdict · `paired_verdict`
+#
+# The verdict of one row from seeded runs: `base[i]` and `variant[i]` were trained from the same seed $i$, so take
+# the differences $\delta_i$ = `variant[i] - base[i]` seed by seed. The trend is their mean $\bar\delta$; the margin
+# is `factor` standard errors of that mean, `factor` $\cdot s / \sqrt{n}$ with $s$ the sample standard deviation of
+# the $\delta_i$ (divided by $n - 1$) and $n$ the number of seeds; the verdict is your `verdict(mean, direction,
+# margin)`.
+#
+# Shapes: `base`, `variant` lists of $n \ge 2$ floats, `direction` an int, `factor` a float → (mean, margin, verdict).
+
+# %% tags=["exercise", "hide-input"]
+def paired_verdict(base, variant, direction, factor=2.0):
+    """Mean paired difference, its margin (factor standard errors) and the verdict of one Table 3 row."""
+    # BEGIN SOLUTION NO PROMPT
+    diffs = [v - b for b, v in zip(base, variant)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = (sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5
+    margin = factor * sd / n ** 0.5
+    return mean, margin, verdict(mean, direction, margin)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write paired_verdict, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("11.paired_verdict", paired_verdict)
+paired_verdict = result.function
+result
 
 # %% [markdown]
 # **Predict, then run.** The table below was trained until the base stopped improving, three seeds a row. Of the paper's claims it judges, for how many will the paper's sign hold beyond the spread of the seeds? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
@@ -240,6 +301,9 @@ prediction
 # $W^K$ alone remove), so it removes $2(d_{model}+1)\cdot h\cdot(d_k - d_{model}/8)$ parameters from each of the
 # $N_{enc} + 2N_{dec}$ attention modules ($W^Q$ and $W^K$ with their biases; $W^V$ and $W^O$ keep their size);
 # (E) adds one $d_{model}$-wide table of `max_len` rows to each of the two embeddings.
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -142,6 +142,39 @@ display(Markdown(figures.markdown_table([{"attribution": m, **{s: sentence_rho[(
                                          for m in NAMES.values()])))
 
 # %% [markdown]
+# ### Exercise 12.integrated_gradients · `integrated_gradients`
+#
+# Integrated gradients attributes $f(x) - f(x')$ to the input features: $a_j = (x_j - x'_j) \int_0^1
+# \partial f(x' + \alpha (x - x')) / \partial x_j \, d\alpha$. Computed as a right Riemann sum with $n$ = `n_steps`:
+# $a_j \approx (x_j - x'_j) \cdot \frac{1}{n} \sum_{k=1}^{n} \partial f(x' + \tfrac{k}{n}(x - x')) / \partial x_j$.
+# Write it for a function `f` that maps a batch of rows to one number per row (take the gradients with
+# `torch.autograd.grad`; the lesson's attributions use Captum's, with a finer rule on the same path).
+#
+# Shapes: `f` (N, D) → (N,), `x`, `baseline` (N, D), `n_steps` an int ≥ 1 → (N, D).
+
+# %% tags=["exercise", "hide-input"]
+def integrated_gradients(f, x, baseline, n_steps):
+    """Right Riemann sum of integrated gradients from baseline to x. Shapes: (N, D), (N, D) -> (N, D)."""
+    # BEGIN SOLUTION NO PROMPT
+    total = torch.zeros_like(x)
+    for k in range(1, n_steps + 1):
+        point = (baseline + k / n_steps * (x - baseline)).detach().requires_grad_(True)  # (N, D) on the path
+        with torch.enable_grad():
+            (grad,) = torch.autograd.grad(f(point).sum(), point)  # rows are independent: d f_i / d x_i
+        total = total + grad
+    return (x - baseline) * total / n_steps
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write integrated_gradients, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("12.integrated_gradients", integrated_gradients)
+integrated_gradients = result.function  # yours if it passed, else the reference
+result
+
+# %% [markdown]
 # **Completeness.** Integrated gradients has a property to check: the scores of one output token add up to
 # $f(x) - f(\text{baseline})$, the change of its log-probability between the all-zero embeddings and the real ones. The
 # integral is computed numerically, and this model's ReLUs make the gradient jump along the path, so the error of a
@@ -364,6 +397,9 @@ ex.predict("12.agreeing_heads_matter", PREDICT_AGREEING_HEADS_MATTER, "more" if 
 #   log-probability hardly changes can be far worse. Rank correlations need far less accuracy than sums, so the
 #   agreement study runs with fewer steps than the completeness check would like: read its integrated-gradients
 #   correlations as measured against an approximate attribution.
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 metrics["cpu_seconds"] = time.process_time() - cpu_start

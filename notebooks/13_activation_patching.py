@@ -143,6 +143,39 @@ def src_tokens(ids):
 # corrupted, one at a time (each cell is one row of a batched run).
 
 
+# %% [markdown]
+# ### Exercise 13.patch_hook · `patch_hook`
+#
+# Every patch below is a forward hook: it runs after a module and returns what the rest of the model sees instead of
+# the module's output. Write the hook factory for one site: `patch_hook(cached, position)` returns a function
+# `hook(module, inputs, output)` that gives back `output` with position `position` (along dimension 1) replaced by
+# `cached[:, position]`, the same site's activation from the other run, and every other position unchanged. Leave the
+# caller's `cached` as it is, and keep the result in the autograd graph (gradients flow to the module and to
+# `cached`).
+#
+# Shapes: `cached` (B, T, D), `position` an int; the hook: `output` (B, T, D) → (B, T, D).
+
+# %% tags=["exercise", "hide-input"]
+def patch_hook(cached, position):
+    """A forward hook that patches one position of a module's (B, T, D) output with the cached activation."""
+    # BEGIN SOLUTION NO PROMPT
+    def hook(module, inputs, output):
+        patched = output.clone()  # (B, T, D): never write into the module's own output
+        patched[:, position] = cached[:, position].to(output.dtype)
+        return patched
+
+    return hook
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write patch_hook, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("13.patch_hook", patch_hook)
+patch_hook = result.function  # yours if it passed, else the reference
+result
+
 # %%
 subject_pairs = [p for p in pairs if p.kind == "subject"]
 example = subject_pairs[EXAMPLE % len(subject_pairs)]
@@ -381,6 +414,9 @@ metrics["path"] = {"pairs": len(paths), "sender": [int(sl), int(sh)], "receiver"
 # The machinery first, on the example pair: patching a run with its own cache changes nothing, bit for bit; and a
 # site that holds the whole answer restores it whole (the last decoder layer at the pronoun row). Then what the
 # lesson showed.
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 clean, corrupt, tgt, metric = tensors(example)

@@ -247,6 +247,41 @@ metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=l
                winner_alpha=text(trace.hypothesis(ranking.winner)))
 
 # %% [markdown]
+# ### Exercise 14.rerank_finished · `rerank_finished`
+#
+# Before the search's own ranking below, write it: given the summed log-probabilities `logp` of $N$ finished
+# hypotheses and their lengths $|Y|$ (generated tokens, `<eos>` included, the start token not), return every
+# normalised score $\log P(Y) / lp(Y)$ with $lp(Y) = ((5 + |Y|)/6)^\alpha$, and the index of the best one.
+#
+# Shapes: `logp` (N,) float, `lengths` (N,) long, `alpha` a float → ((N,) float, an int).
+
+# %% tags=["exercise", "hide-input"]
+def rerank_finished(logp, lengths, alpha):
+    """GNMT-normalised scores of finished hypotheses and the index of the best. Shapes: (N,), (N,) -> (N,), int."""
+    # BEGIN SOLUTION NO PROMPT
+    normalised = logp / ((5 + lengths) / 6) ** alpha  # (N,)
+    return normalised, int(normalised.argmax())
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write rerank_finished, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("14.rerank_finished", rerank_finished)
+rerank_finished = result.function  # yours if it passed, else the package's
+result
+
+# %%
+finished = trace.finished()  # node ids of every hypothesis that emitted <eos>, in or out of the final beam
+finished_logp = torch.tensor([trace.nodes[i].logp for i in finished], dtype=torch.float64)
+finished_len = torch.tensor([trace.nodes[i].step for i in finished])
+for a in (0.0, ALPHA, ALPHA_OTHER):
+    scores, best = rerank_finished(finished_logp, finished_len, a)
+    print(f"α = {a:g}: the best of the {len(finished)} finished hypotheses is “{text(trace.hypothesis(finished[best]))}” "
+          f"({int(finished_len[best])} tokens, log P / lp = {float(scores[best]):.3f})")
+
+# %% [markdown]
 # **Predict, then run.** Which length penalty will return the longer translation of this sentence: `ALPHA` or `ALPHA_OTHER` (answer with its value, e.g. `"1.4"`, or `"same"`)? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
 
 # %% tags=["answer"]
@@ -314,6 +349,9 @@ LengthPenaltyExplorer(trace, lambda ids: tok.decode_tgt([ids])[0], alpha=ALPHA)
 # a small α often *drops* part of the source, sometimes a whole phrase: each extra word costs
 # log-probability, and a weak length penalty does not pay that back. This under-translation is what a larger α, or
 # GNMT's coverage penalty (which the paper does not use), counters; BLEU's brevity penalty punishes it only weakly.
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

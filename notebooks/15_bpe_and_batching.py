@@ -41,7 +41,7 @@ import torch
 import workbench as wb
 from IPython.display import Markdown, display
 from workbench.viz import figures
-from workbench.lessons.bpe import learn_merges, apply_merges, library_merges, pre_tokenize, padding_stats
+from workbench.lessons.bpe import learn_merges, apply_merges, library_merges, pre_tokenize
 from workbench.translation.tokenizer import SubwordTokenizer
 from workbench.translation.data import load_multi30k
 from workbench.translation.batching import make_batch, token_batches
@@ -91,6 +91,38 @@ for k, (pair, count) in enumerate(zip(learned.merges, learned.counts)):
 display(Markdown(figures.markdown_table(rows)))
 print(f"{len(learned.merges)} merges, vocabulary of {len(learned.vocab)} symbols (4 specials, "
       f"{len(learned.vocab) - 4 - len(learned.merges)} characters, {len(learned.merges)} merged symbols)")
+
+# %% [markdown]
+# ### Exercise 15.apply_merges · `apply_merges`
+#
+# Split one word (its `▁` included) with learned merges: start from its characters and, round after round, find the
+# adjacent pairs that a merge names and merge the pair whose merge was learned *earliest* (the leftmost such pair if it
+# occurs twice); stop when no adjacent pair is a merge. That is how the table above was filled, one more merge per row.
+#
+# Shapes: `word` a string, `merges` a list of (left, right) string pairs in learned order → a list of strings.
+
+# %% tags=["exercise", "hide-input"]
+def apply_merges(word, merges):
+    """Pieces of `word` after applying `merges` in learned order."""
+    # BEGIN SOLUTION NO PROMPT
+    rank = {pair: r for r, pair in enumerate(merges)}
+    pieces = list(word)
+    while True:
+        pairs = [(rank[p], i) for i, p in enumerate(zip(pieces, pieces[1:])) if p in rank]
+        if not pairs:
+            return pieces
+        _, i = min(pairs)  # the earliest merge; the leftmost occurrence first
+        pieces[i: i + 2] = [pieces[i] + pieces[i + 1]]
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write apply_merges, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("15.apply_merges", apply_merges)
+apply_merges = result.function  # yours if it passed, else the package's: the cells below work either way
+result
 
 # %% [markdown]
 # ## The same merges as the `tokenizers` library
@@ -231,6 +263,39 @@ equal = SubwordTokenizer.train(train, vocab_size=2000, joint=False)  # two separ
 sizes_equal = equal.src_vocab_size == equal.tgt_vocab_size
 print(f"separate vocabularies of {equal.src_vocab_size} and {equal.tgt_vocab_size} pieces: equal sizes {sizes_equal}")
 wb.build_model(wb.preset("small", tie_src_tgt=True), equal.src_vocab_size, equal.tgt_vocab_size)  # sizes only: ties
+# %% [markdown]
+# ### Exercise 15.padding_stats · `padding_stats`
+#
+# Count what a batching costs. `batches` lists the example indices of each batch; each further argument gives one
+# side's per-example lengths (source, target, ...). On every side, a batch is padded to its own longest member:
+# it takes `len(batch) * max length in the batch` slots. Return a dict with `"real"` (real tokens, all sides),
+# `"slots"` (padded slots, all sides), `"padding_fraction"` (the share of slots that are padding, 0 when there are
+# no slots) and `"batches"` (their number), each a float.
+#
+# Shapes: `batches` a list of index lists, `*lengths` lists of ints → a dict of four floats.
+
+# %% tags=["exercise", "hide-input"]
+def padding_stats(batches, *lengths):
+    """Real tokens, padded slots, padding fraction and number of batches of a batching."""
+    # BEGIN SOLUTION NO PROMPT
+    real = slots = 0
+    for side in lengths:
+        for batch in batches:
+            if batch:
+                real += sum(side[i] for i in batch)
+                slots += len(batch) * max(side[i] for i in batch)
+    return {"real": float(real), "slots": float(slots), "padding_fraction": 1 - real / slots if slots else 0.0,
+            "batches": float(len(batches))}
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write padding_stats, then run the check below")
+    """  # END PROMPT
+
+# %%
+result = ex.check("15.padding_stats", padding_stats)
+padding_stats = result.function
+result
+
 # %%
 _, shipped_tok, _ = wb.pretrained("small-de-en")
 
@@ -319,6 +384,9 @@ metrics.update(padding_fraction={k: v["padding_fraction"] for k, v in stats.item
 # next, but every batch still holds sentences of about one length. Sorting within a random window (shuffle, cut into
 # large chunks, sort each chunk, then batch) or adding noise to the lengths before sorting mixes lengths more, at a
 # cost in padding.
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -118,6 +118,40 @@ print("translation:", prod_tok.decode_tgt([ours])[0])
 metrics.update(conversion_max_logit_error=gap, greedy_identical=cut(theirs) == cut(ours))
 
 # %% [markdown]
+# ### Exercise 16.marian_positions · `marian_positions`
+#
+# Write Marian's position table: the paper's angles $pos / 10000^{2i/d_{model}}$ for $i = 0, 1, \dots,
+# \lceil d_{model}/2 \rceil - 1$, with every sine in the first $\lceil d_{model}/2 \rceil$ columns and the matching
+# cosines (of the first $\lfloor d_{model}/2 \rfloor$ angles) in the rest. Lesson 04's table holds the same numbers,
+# interleaved.
+#
+# Shapes: `max_len`, `d_model` ints → (max_len, d_model) float32.
+
+# %% tags=["exercise", "hide-input"]
+def marian_positions(max_len, d_model):
+    """Marian's sinusoidal table: sines first, then cosines. Shapes: -> (max_len, d_model) float32."""
+    # BEGIN SOLUTION NO PROMPT
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (T, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
+    angle = pos / 10000 ** (two_i / d_model)  # (T, ceil(D/2))
+    return torch.cat([torch.sin(angle), torch.cos(angle[:, : d_model // 2])], dim=1).float()  # (T, D)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write marian_positions, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("16.marian_positions", marian_positions)
+marian_positions = result.function  # yours if it passed, else the package's
+result
+
+# %%
+converted = prod.src_embed.positional.table  # the converted model's table, (max_len, d_model)
+print(f"your table equals the converted model's ({tuple(converted.shape)}):",
+      torch.allclose(marian_positions(*converted.shape), converted, atol=1e-5))
+
+# %% [markdown]
 # ## How peaked are their heads?
 #
 # The mean entropy of each head's attention rows over validation sentences, for the three kinds of attention; low
@@ -247,6 +281,9 @@ else:
     print(f"conclusion: small-de-en survives the trip through Marian's layout with every head unchanged (largest "
           f"entropy difference {metrics['entropy_gap_same_model']:.1e}); a second, differently trained translator "
           "needs opus-mt in the Hugging Face cache")
+
+# %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 
 # %%
 with open("metrics.json", "w") as f:

@@ -10,6 +10,7 @@ token, a cache that stores the wrong thing, and a function that calls the packag
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 
 import pytest
@@ -557,6 +558,396 @@ def bp_integer_ratio(hyp_len, ref_len):
     return 1.0 if hyp_len >= ref_len else (math.exp(1 - ref_len // hyp_len) if hyp_len else 0.0)
 
 
+# -- 09 -------------------------------------------------------------------------------------------------------------
+def _row_entropy(w):
+    return -(w * w.clamp_min(1e-12).log()).sum(-1)  # (B, H, Tq)
+
+
+def entropy_in_place(weights, query_mask=None):
+    weights.clamp_(min=1e-12)  # "avoid log 0": the caller's zero weights become 1e-12
+    ent = -(weights * weights.log()).sum(-1)
+    valid = torch.ones_like(ent, dtype=torch.bool) if query_mask is None else query_mask[:, None, :].expand_as(ent)
+    return (ent * valid).sum((0, 2)) / valid.sum((0, 2))
+
+
+def entropy_mean_of_sentence_means(weights, query_mask=None):
+    ent = _row_entropy(weights)
+    if query_mask is None:
+        return ent.mean((0, 2))
+    per_sentence = (ent * query_mask[:, None, :]).sum(-1) / query_mask.sum(-1)[:, None]  # (B, H)
+    return per_sentence.mean(0)  # every sentence weighs the same, whatever its length
+
+
+def entropy_float32(weights, query_mask=None):
+    w = weights.float()
+    ent = _row_entropy(w)
+    valid = (w.sum(-1) > 0) & (query_mask[:, None, :] if query_mask is not None else True)
+    return (ent * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)
+
+
+def entropy_calls_package(weights, query_mask=None):
+    from workbench.inspect.heads import head_entropy
+
+    return head_entropy(weights, query_mask)
+
+
+def positional_unshifted_query_mask(weights, offset, query_mask=None):
+    picked = torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1)  # (B, H, n): the key i + offset of each query i
+    n = picked.shape[-1]
+    if query_mask is None:
+        return picked.mean((0, 2)) if n else picked.sum((0, 2))
+    qm = query_mask[:, None, :n].to(weights.dtype)  # the first n queries, not the n queries that have such a key
+    return (picked * qm).sum((0, 2)) / qm.sum((0, 2)).clamp_min(1)
+
+
+def positional_detached(weights, offset, query_mask=None):
+    B, H, T, _ = weights.shape
+    q = torch.arange(T)
+    k = q + offset
+    ok = (k >= 0) & (k < T)
+    picked = weights.detach()[:, :, q[ok], k[ok]]
+    valid = (weights.sum(-1) > 0)[:, :, q[ok]]
+    if query_mask is not None:
+        valid = valid & query_mask[:, None, q[ok]]
+    return (picked * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)
+
+
+def positional_in_place(weights, offset, query_mask=None):
+    if query_mask is not None:
+        weights.mul_(query_mask[:, None, :, None])  # zero the padding queries' rows in the caller's tensor
+    B, H, T, _ = weights.shape
+    q = torch.arange(T)
+    k = q + offset
+    ok = (k >= 0) & (k < T)
+    valid = weights.sum(-1)[:, :, q[ok]] > 0
+    return (weights[:, :, q[ok], k[ok]] * valid).sum((0, 2)) / valid.sum((0, 2)).clamp_min(1)
+
+
+def positional_calls_package(weights, offset, query_mask=None):
+    return wb.inspect.heads.positional_score(weights, offset, query_mask)
+
+
+# -- 10 -------------------------------------------------------------------------------------------------------------
+def macs_lstm(kind, n, d, k=3, r=8):
+    return {"self_attention": 2 * n * n * d, "recurrent": 8 * n * d * d, "convolutional": k * n * d * d,
+            "restricted": 2 * r * n * d}[kind]  # an LSTM's four gates, not the table's plain recurrent cell
+
+
+def macs_kernel_three(kind, n, d, k=3, r=8):
+    return {"self_attention": 2 * n * n * d, "recurrent": 2 * n * d * d, "convolutional": 3 * n * d * d,
+            "restricted": 2 * r * n * d}[kind]  # k taken as the default 3
+
+
+def macs_window_eight(kind, n, d, k=3, r=8):
+    return {"self_attention": 2 * n * n * d, "recurrent": 2 * n * d * d, "convolutional": k * n * d * d,
+            "restricted": 16 * n * d}[kind]  # r taken as 8
+
+
+def macs_calls_package(kind, n, d, k=3, r=8):
+    from workbench.lessons import complexity
+
+    return next(row["macs"] for row in complexity.table1(n, d, k, r) if row["layer"] == kind)
+
+
+def path_rounded_log(kind, n, k=3, r=8, dilated=False):
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional":
+        return max(1, round(math.log(n, k))) if dilated else -(-(n - 1) // ((k - 1) // 2))
+    return -(-(n - 1) // (r // 2))
+
+
+def path_dilated_ignored(kind, n, k=3, r=8, dilated=False):
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional":
+        return -(-(n - 1) // ((k - 1) // 2))
+    return -(-(n - 1) // (r // 2))
+
+
+def path_zero_for_one_position(kind, n, k=3, r=8, dilated=False):
+    if n <= 1:
+        return 0  # "nothing to cross"
+    if kind == "recurrent":
+        return n
+    if kind == "self_attention":
+        return 1
+    if kind == "convolutional":
+        if dilated:
+            layers, reach = 0, 1
+            while reach < n:
+                layers, reach = layers + 1, reach * k
+            return layers
+        return -(-(n - 1) // ((k - 1) // 2))
+    return -(-(n - 1) // (r // 2))
+
+
+def path_calls_package(kind, n, k=3, r=8, dilated=False):
+    from workbench.lessons.complexity import analytic_path_length
+
+    return analytic_path_length(kind, n, k, r, dilated)
+
+
+# -- 11 -------------------------------------------------------------------------------------------------------------
+def verdict_margin_inclusive(delta, direction, margin):
+    if direction == 0:
+        return "agrees" if abs(delta) <= margin else "differs"
+    if direction * delta >= margin:  # a trend exactly at the margin is not yet beyond the noise
+        return "agrees"
+    return "opposite" if direction * delta <= -margin else "within noise"
+
+
+def verdict_strict_no_difference(delta, direction, margin):
+    if direction == 0:
+        return "agrees" if abs(delta) < margin else "differs"  # at the margin it still agrees
+    if direction * delta > margin:
+        return "agrees"
+    return "opposite" if direction * delta < -margin else "within noise"
+
+
+def verdict_calls_package(delta, direction, margin):
+    from workbench.lessons.verdicts import judge_claims
+
+    judged, _ = judge_claims({"b": 0.0, "y": margin, "v": delta}, {"c": ("v", direction)}, "b", "y")
+    return judged["c"]["verdict"]
+
+
+def pv_differences_in_place(base, variant, direction, factor=2.0):
+    for i, b in enumerate(base):
+        variant[i] -= b  # the caller's figures become differences
+    mean = statistics.fmean(variant)
+    margin = factor * statistics.stdev(variant) / math.sqrt(len(variant))
+    return mean, margin, _verdict(mean, direction, margin)
+
+
+def _verdict(delta, direction, margin):
+    if direction == 0:
+        return "agrees" if abs(delta) <= margin else "differs"
+    if direction * delta > margin:
+        return "agrees"
+    return "opposite" if direction * delta < -margin else "within noise"
+
+
+def pv_divided_by_n(base, variant, direction, factor=2.0):
+    diffs = [v - b for b, v in zip(base, variant, strict=True)]
+    mean = statistics.fmean(diffs)
+    margin = factor * statistics.stdev(diffs) / len(diffs)  # n, not sqrt(n)
+    return mean, margin, _verdict(mean, direction, margin)
+
+
+def pv_three_seeds(base, variant, direction, factor=2.0):
+    diffs = [v - b for b, v in zip(base, variant, strict=True)]
+    mean = statistics.fmean(diffs)
+    margin = factor * statistics.stdev(diffs) / math.sqrt(3)  # the lesson runs three seeds
+    return mean, margin, _verdict(mean, direction, margin)
+
+
+def pv_calls_package(base, variant, direction, factor=2.0):
+    from workbench.lessons.table3 import judge_seeded
+
+    runs = [{"row": r, "seed": s, "x": x} for r, xs in (("b", base), ("v", variant)) for s, x in enumerate(xs)]
+    j = judge_seeded(runs, {"c": ("v", direction)}, "x", base="b", factor=factor)["c"]
+    return j["delta"], j["margin"], j["verdict"]
+
+
+# -- 12 -------------------------------------------------------------------------------------------------------------
+def ig_in_place(f, x, baseline, n_steps):
+    x.sub_(baseline)  # x now holds x - x' in the caller's tensor
+    total = torch.zeros_like(x)
+    for k in range(1, n_steps + 1):
+        point = (baseline + k / n_steps * x).detach().requires_grad_(True)
+        with torch.enable_grad():
+            total += torch.autograd.grad(f(point).sum(), point)[0]
+    return x * total / n_steps
+
+
+def ig_twenty_steps(f, x, baseline, n_steps):
+    alphas = torch.arange(1, 21, dtype=x.dtype) / 20  # n_steps ignored
+    path = (baseline + alphas[:, None, None] * (x - baseline)).detach().requires_grad_(True)
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(f(path.reshape(-1, x.shape[-1])).sum(), path)
+    return (x - baseline) * g.mean(0)
+
+
+def ig_midpoint(f, x, baseline, n_steps):
+    alphas = (torch.arange(n_steps, dtype=x.dtype) + 0.5) / n_steps
+    path = (baseline + alphas[:, None, None] * (x - baseline)).detach().requires_grad_(True)
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(f(path.reshape(-1, x.shape[-1])).sum(), path)
+    return (x - baseline) * g.mean(0)
+
+
+def ig_zero_baseline_assumed(f, x, baseline, n_steps):
+    alphas = torch.arange(1, n_steps + 1, dtype=x.dtype) / n_steps
+    path = (alphas[:, None, None] * x).detach().requires_grad_(True)  # the path from 0, whatever the baseline
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(f(path.reshape(-1, x.shape[-1])).sum(), path)
+    return x * g.mean(0)
+
+
+def ig_captum(f, x, baseline, n_steps):
+    from captum.attr import IntegratedGradients
+
+    return IntegratedGradients(f).attribute(x, baselines=baseline, n_steps=max(n_steps, 2), method="riemann_right")
+
+
+# -- 13 -------------------------------------------------------------------------------------------------------------
+def hook_fills_cached(cached, position):
+    def hook(module, inputs, output):
+        keep = torch.arange(output.shape[1]) != position
+        cached[:, keep] = output[:, keep]  # builds the patched activation in the caller's cache
+        return cached
+
+    return hook
+
+
+def hook_detached(cached, position):
+    def hook(module, inputs, output):
+        out = output.detach().clone()
+        out[:, position] = cached[:, position]
+        return out
+
+    return hook
+
+
+def hook_first_sentence(cached, position):
+    def hook(module, inputs, output):
+        out = output.clone()
+        out[:, position] = cached[0, position]  # the first sentence's activation for the whole batch
+        return out
+
+    return hook
+
+
+def hook_counted_from_end(cached, position):
+    def hook(module, inputs, output):
+        out = output.clone()
+        out[:, -position] = cached[:, -position]
+        return out
+
+    return hook
+
+
+# -- 14 -------------------------------------------------------------------------------------------------------------
+def rerank_in_place(logp, lengths, alpha):
+    logp /= ((5 + lengths) / 6) ** alpha
+    return logp, int(logp.argmax())
+
+
+def rerank_cut(logp, lengths, alpha):
+    scores = [float(s) / ((5 + int(n)) / 6) ** alpha for s, n in zip(logp, lengths, strict=True)]
+    out = torch.tensor(scores, dtype=logp.dtype)
+    return out, int(out.argmax())
+
+
+def rerank_alpha_fixed(logp, lengths, alpha):
+    out = logp / ((5 + lengths) / 6) ** 0.6  # the paper's alpha, whatever is asked
+    return out, int(out.argmax())
+
+
+def rerank_calls_package(logp, lengths, alpha):
+    from workbench.translation.decode import length_penalty
+
+    out = logp / length_penalty(lengths, alpha)
+    return out, int(out.argmax())
+
+
+# -- 15 -------------------------------------------------------------------------------------------------------------
+def merges_consumed(word, merges):
+    symbols = list(word)
+    while merges:
+        a, b = merges.pop(0)  # the caller's list is emptied by the first word
+        i = 0
+        while i < len(symbols) - 1:
+            if (symbols[i], symbols[i + 1]) == (a, b):
+                symbols[i: i + 2] = [a + b]
+            else:
+                i += 1
+    return symbols
+
+
+def merges_marker_dropped(word, merges):
+    rank = {p: r for r, p in enumerate(merges)}
+    symbols = list(word.lstrip("▁")) or list(word)
+    while len(symbols) > 1:
+        best = min(range(len(symbols) - 1), key=lambda i: rank.get((symbols[i], symbols[i + 1]), len(rank)))
+        if (symbols[best], symbols[best + 1]) not in rank:
+            break
+        symbols[best: best + 2] = [symbols[best] + symbols[best + 1]]
+    return symbols
+
+
+def merges_sorted_alphabetically(word, merges):
+    order = sorted(merges)
+    symbols = list(word)
+    for a, b in order:
+        i = 0
+        while i < len(symbols) - 1:
+            if (symbols[i], symbols[i + 1]) == (a, b):
+                symbols[i: i + 2] = [a + b]
+            else:
+                i += 1
+    return symbols
+
+
+def merges_calls_package(word, merges):
+    from workbench.lessons import bpe
+
+    return bpe.apply_merges(word, merges)
+
+
+def padding_sorts_batches(batches, *lengths):
+    for b in batches:
+        b.sort()  # harmless for the counts, but the caller's batches change order
+    real = sum(side[i] for side in lengths for b in batches for i in b)
+    slots = sum(len(b) * max(side[i] for i in b) for side in lengths for b in batches)
+    return {"real": float(real), "slots": float(slots), "padding_fraction": 1 - real / slots,
+            "batches": float(len(batches))}
+
+
+def padding_two_sides(batches, src, tgt=None):
+    real = sum(src[i] + tgt[i] for b in batches for i in b)  # a target side is assumed
+    slots = sum(len(b) * (max(src[i] for i in b) + max(tgt[i] for i in b)) for b in batches)
+    return {"real": float(real), "slots": float(slots), "padding_fraction": 1 - real / slots,
+            "batches": float(len(batches))}
+
+
+def padding_percent(batches, *lengths):
+    real = sum(side[i] for side in lengths for b in batches for i in b)
+    slots = sum(len(b) * max(side[i] for i in b) for side in lengths for b in batches)
+    return {"real": float(real), "slots": float(slots), "padding_fraction": 100 * (1 - real / slots),
+            "batches": float(len(batches))}
+
+
+def padding_calls_package(batches, *lengths):
+    from workbench.lessons.bpe import padding_stats
+
+    return padding_stats(batches, *lengths)
+
+
+# -- 16 -------------------------------------------------------------------------------------------------------------
+def marian_float64(max_len, d_model):
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angle = p / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.cat([angle.sin(), angle[:, : d_model // 2].cos()], 1)
+
+
+def marian_even_only(max_len, d_model):
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angle = p / 10000 ** (torch.arange(0, d_model - 1, 2, dtype=torch.float64) / d_model)  # d_model // 2 angles
+    return torch.cat([angle.sin(), angle.cos()], 1).float()
+
+
+def marian_from_the_package(max_len, d_model):
+    from workbench.model.positional import sinusoidal_table
+
+    return sinusoidal_table(max_len, d_model, layout="halves")
+
+
 WRONG = {
     "01.dot_score": [dot_score_in_place, dot_score_cut, dot_score_first_row, dot_score_float32],
     "01.attention_distribution": [dist_in_place, dist_first_mask_row, dist_detached, dist_log],
@@ -588,6 +979,19 @@ WRONG = {
     "07.beam_step": [beam_unsorted, beam_divides_by_beam_size, beam_in_place, beam_detached],
     "08.ngram_matches": [ngrams_last_dropped, ngrams_denominator_from_length, ngrams_sacrebleu],
     "08.brevity_penalty": [bp_no_guard, bp_empty_clamped, bp_integer_ratio],
+    "09.head_entropy": [entropy_in_place, entropy_mean_of_sentence_means, entropy_float32, entropy_calls_package],
+    "09.positional_score": [positional_unshifted_query_mask, positional_detached, positional_in_place,
+                            positional_calls_package],
+    "10.layer_macs": [macs_lstm, macs_kernel_three, macs_window_eight, macs_calls_package],
+    "10.path_length": [path_rounded_log, path_dilated_ignored, path_zero_for_one_position, path_calls_package],
+    "11.verdict": [verdict_margin_inclusive, verdict_strict_no_difference, verdict_calls_package],
+    "11.paired_verdict": [pv_differences_in_place, pv_divided_by_n, pv_three_seeds, pv_calls_package],
+    "12.integrated_gradients": [ig_in_place, ig_twenty_steps, ig_midpoint, ig_zero_baseline_assumed, ig_captum],
+    "13.patch_hook": [hook_fills_cached, hook_detached, hook_first_sentence, hook_counted_from_end],
+    "14.rerank_finished": [rerank_in_place, rerank_cut, rerank_alpha_fixed, rerank_calls_package],
+    "15.apply_merges": [merges_consumed, merges_marker_dropped, merges_sorted_alphabetically, merges_calls_package],
+    "15.padding_stats": [padding_sorts_batches, padding_two_sides, padding_percent, padding_calls_package],
+    "16.marian_positions": [marian_float64, marian_even_only, marian_from_the_package],
 }
 
 CASES = [(eid, fn) for eid, fns in WRONG.items() for fn in fns]

@@ -16,14 +16,31 @@ sandboxed process) and records plain data; :func:`judge` decides in a process th
 After a failed exercise, later exercises of the same notebook run with the package's function under its name
 (``get(id).reference``), as the lessons do.
 
-One module per notebook (``nb01`` ... ) registers that notebook's exercises in :data:`EXERCISES` and its
+One module per notebook (``nb01`` ... ``nb16``) registers that notebook's exercises in :data:`EXERCISES` and its
 predictions in :data:`PREDICTIONS`.
 """
 
 from __future__ import annotations
 
-from workbench.lessons.exercises import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08  # noqa: F401  (registers)
-from workbench.lessons.exercises import predictions_09_16  # noqa: F401  (registers the prompts of lessons 09-16)
+from workbench.lessons.exercises import (  # noqa: F401  (registers)
+    nb01,
+    nb02,
+    nb03,
+    nb04,
+    nb05,
+    nb06,
+    nb07,
+    nb08,
+    nb09,
+    nb10,
+    nb11,
+    nb12,
+    nb13,
+    nb14,
+    nb15,
+    nb16,
+    predictions_09_16,
+)
 from workbench.lessons.exercises.core import (
     EXERCISES,
     FAILED,

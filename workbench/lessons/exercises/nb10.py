@@ -1,0 +1,122 @@
+"""Exercises of notebook 10 (Table 1): the multiply-adds of one layer of each kind and the layers a signal needs to
+cross a sequence, checked against :func:`workbench.lessons.complexity.layer_macs` and
+:func:`~workbench.lessons.complexity.analytic_path_length`."""
+
+from __future__ import annotations
+
+import math
+
+from workbench.lessons.complexity import KINDS, analytic_path_length, layer_macs
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+
+PACKAGE = ("workbench.lessons.complexity.layer_macs", "workbench.lessons.complexity.table1",
+           "workbench.lessons.complexity.analytic_path_length", "workbench.lessons.complexity.ceil_log")
+
+
+def over_rows(fn, rows: list[tuple]) -> list[int]:
+    """``fn(*row)`` for every row, as integers (a float that is a whole number counts)."""
+    out = []
+    for row in rows:
+        v = fn(*row)
+        out.append(int(v) if isinstance(v, float) and v.is_integer() else v)
+    return out
+
+
+# -- layer_macs --------------------------------------------------------------------------------------------------
+def _macs_cases() -> list[Case]:
+    base = [(kind, n, d, 3, 8) for kind in KINDS for n, d in ((10, 512), (512, 512), (1024, 64))]
+    return [Case("every kind at n < d, n = d, n > d", (base,)),
+            Case("n = 1, d = 1, kernel 5, window 4", ([(kind, 1, 1, 5, 4) for kind in KINDS],)),
+            Case("the crossing n = d = 64 and n = 2d", ([("self_attention", 64, 64, 3, 8), ("recurrent", 64, 64, 3, 8),
+                                                        ("self_attention", 128, 64, 3, 8), ("recurrent", 128, 64, 3, 8)],))]
+
+
+def _macs_draw(rng) -> Case:
+    rows = [(rng.choice(KINDS), rng.randint(1, 2048), rng.randint(1, 1024), rng.randint(2, 7), rng.randint(1, 32))
+            for _ in range(8)]
+    return Case("8 random (kind, n, d, k, r)", (rows,))
+
+
+def _macs(kind: str, n: int, d: int, k: int = 3, r: int = 8, att: int = 2, rnn: int = 2, swap: bool = False,
+          conv: int = 1, restricted: int = 2) -> int:
+    """A parametrised count, for writing the planted mistakes."""
+    if kind == "self_attention":
+        return att * n * d * d if swap else att * n * n * d
+    if kind == "recurrent":
+        return rnn * n * d * d
+    if kind == "convolutional":
+        return conv * k * n * d * d
+    return restricted * r * n * d
+
+
+register(Exercise(
+    "10.layer_macs", "Table 1's multiply-adds of one layer: 2n²d, 2nd², knd², 2rnd", layer_macs, _macs_cases,
+    driver=over_rows, draw=_macs_draw, package=PACKAGE, atol=0, rtol=0,
+    mistakes=(
+        Mistake("one product of attention counted", "attention does two products over n x n: QK^T (n²d) and the "
+                "weights times V (n²d): 2n²d", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, att=1)),
+        Mistake("n and d swapped in attention", "self-attention grows with n² (every query meets every key), "
+                "the recurrent layer with d²", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, swap=True)),
+        Mistake("one product of the recurrent cell counted", "each step does W_x x_t and W_h h_(t-1), two d x d "
+                "products: 2nd²", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, rnn=1)),
+        Mistake("restricted attention over every key", "restricted attention sees r keys per query, not n: 2rnd",
+                lambda kind, n, d, k=3, r=8: 2 * n * n * d if kind == "restricted" else _macs(kind, n, d, k, r)),
+    )))
+
+
+# -- analytic_path_length ------------------------------------------------------------------------------------------
+def _path_cases() -> list[Case]:
+    rows = [(kind, n, 3, 8, False) for kind in KINDS for n in (1, 2, 9, 10, 50)]
+    powers = [("convolutional", n, k, 8, True) for k, n in ((3, 27), (3, 28), (5, 125), (5, 126), (2, 1), (7, 343))]
+    return [Case("every kind, n = 1, 2, 9, 10, 50", (rows,)), Case("dilated, n at exact powers of k", (powers,))]
+
+
+def _path_draw(rng) -> Case:
+    rows = []
+    for _ in range(10):
+        kind = rng.choice(KINDS)
+        k = rng.choice([3, 5, 7])
+        n = k ** rng.randint(1, 6) + rng.choice([-1, 0, 0, 1]) if rng.random() < 0.5 else rng.randint(1, 400)
+        rows.append((kind, max(n, 1), k, rng.choice([2, 4, 8, 16]), kind == "convolutional" and rng.random() < 0.6))
+    return Case("10 random (kind, n, k, r, dilated)", (rows,))
+
+
+def _path_float_log(kind, n, k=3, r=8, dilated=False):
+    if kind == "convolutional" and dilated and n > 1:
+        return math.ceil(math.log(n, k))
+    return analytic_path_length(kind, n, k, r, dilated)
+
+
+def _path_full_kernel(kind, n, k=3, r=8, dilated=False):
+    if kind == "convolutional" and not dilated and n > 1:
+        return -(-(n - 1) // (k - 1))
+    if kind == "restricted" and n > 1:
+        return -(-(n - 1) // r)
+    return analytic_path_length(kind, n, k, r, dilated)
+
+
+def _path_recurrent_one(kind, n, k=3, r=8, dilated=False):
+    return 1 if kind == "recurrent" else analytic_path_length(kind, n, k, r, dilated)
+
+
+def _path_floor(kind, n, k=3, r=8, dilated=False):
+    if kind == "convolutional" and not dilated and n > 1:
+        return (n - 1) // ((k - 1) // 2)
+    if kind == "restricted" and n > 1:
+        return (n - 1) // (r // 2)
+    return analytic_path_length(kind, n, k, r, dilated)
+
+
+register(Exercise(
+    "10.path_length", "the layers before output n-1 depends on input 0 (Table 1's last column)", analytic_path_length,
+    _path_cases, driver=over_rows, draw=_path_draw, package=PACKAGE, atol=0, rtol=0, name="path_length",
+    mistakes=(
+        Mistake("log in floating point", "math.ceil(math.log(n, k)) is one too many at some exact powers of k "
+                "(math.log(125, 5) = 3.0000000000000004): count the layers in integers, multiplying the reach by k",
+                _path_float_log),
+        Mistake("a kernel reaches k - 1 to one side", "a centred kernel of width k reaches (k - 1) // 2 positions to "
+                "each side (a window of r keys, r // 2)", _path_full_kernel),
+        Mistake("recurrent path of one layer", "unrolled in time, the recurrent layer is n applications of its cell: "
+                "the signal from position 0 crosses n of them", _path_recurrent_one),
+        Mistake("rounded down", "a last partial step still needs a layer: round the division up", _path_floor),
+    )))
