@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from workbench.errors import ConfigError, DataError
+from workbench.runtime import PrecisionLike
 from workbench.translation.decode import DECODING
 from workbench.translation.run import RunConfig
 
@@ -139,7 +140,7 @@ def _summary(run: RunConfig, out: Path, tokenizer: Any, train_pairs: list[tuple[
 
 def score(model: torch.nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], beam: int = 1,
           alpha: float = DECODING.alpha, device: str | torch.device = "cpu", keep_hypotheses: bool = False,
-          precision: str | Any = "fp32") -> dict[str, Any]:
+          precision: PrecisionLike = "fp32") -> dict[str, Any]:
     """The one scoring function: sacreBLEU (with its signature), chrF and tokenized lower-cased BLEU of a model's
     translations of ``pairs`` (greedy for ``beam=1``, else beam search with length penalty ``alpha``).
 
@@ -178,7 +179,7 @@ def evaluate_checkpoint(
     src: str | None = None,
     tgt: str | None = None,
     write_hypotheses: bool = True,
-    precision: str = "fp32",
+    precision: PrecisionLike = "fp32",
 ) -> dict[str, Any]:
     """sacreBLEU (with signature), tokenized BLEU and chrF of a checkpoint on a Multi30k split.
 
