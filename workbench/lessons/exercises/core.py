@@ -463,6 +463,17 @@ def _cotangent(t: Tensor, i: int) -> Tensor:
     return torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype)
 
 
+def _all_on_cpu(x: Any) -> bool:
+    """Are all the tensors of a structure on the CPU?"""
+    if isinstance(x, Tensor):
+        return x.device.type == "cpu"
+    if isinstance(x, (tuple, list)):
+        return all(_all_on_cpu(v) for v in x)
+    if isinstance(x, dict):
+        return all(_all_on_cpu(v) for v in x.values())
+    return True
+
+
 def gradients(ex: Exercise, fn: Callable[..., Any], args: tuple) -> dict[str, Any]:
     """The gradients of Σ (output · fixed weights) with respect to every floating-point input of ``fn`` on ``args``:
     ``{"argument 1": tensor or None, ...}`` (None: no gradient reaches that input)."""
@@ -506,7 +517,7 @@ def observe(exercise_id: str, fn: Callable[..., Any], seed: int = 0, time_limit:
                     out = _call_with_limit(lambda *a: _run(ex, fn, a), args, remaining)
                 entry["output"] = plain(out)
                 entry["inputs_after"] = plain(args)
-                if ex.differentiable:
+                if ex.differentiable and _all_on_cpu(out):  # a wrong device already fails: no backward on it
                     remaining = time_limit - (time.perf_counter() - start)
                     try:
                         with _package_answer_unavailable(ex, fn) if own_work else contextlib.nullcontext():
