@@ -15,7 +15,7 @@ import torch
 
 import workbench as wb
 from workbench.lessons import exercises as ex
-from workbench.lessons.exercises.core import plain
+from workbench.lessons.exercises.compare import plain
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,7 @@ from torch import Tensor
 from workbench.errors import BridgeError, InputTextError
 from workbench.model.config import ModelConfig
 from workbench.model.transformer import Transformer, build_model
-from workbench.translation.shipped import MANIFEST, verify_manifest, write_manifest
+from workbench.translation.files import MANIFEST, verify_manifest, write_manifest
 from workbench.translation.tokenizer import check_texts
 
 log = logging.getLogger(__name__)

@@ -32,6 +32,7 @@ from pathlib import Path
 from platformdirs import user_cache_dir
 
 from workbench.errors import ChecksumError, DataError
+from workbench.translation.files import sha256  # noqa: F401 (data.sha256: one SHA-256 reader)
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +87,6 @@ def checksums() -> dict[str, str]:
     """SHA-256 of every file the package knows (``{split}.{lang}.gz`` -> hex digest)."""
     text = resources.files("workbench").joinpath("multi30k_sha256.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
-
-
-def sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _check_split(split: str, langs: Iterable[str]) -> None:

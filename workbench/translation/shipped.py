@@ -29,18 +29,19 @@ from torch import nn
 
 from workbench.errors import CheckpointError
 from workbench.model.registry import build_from_config
+from workbench.translation import files
 from workbench.translation.checkpoint import load_model
 from workbench.translation.data import (
     sha256 as sha256_file,  # one SHA-256 reader for data files and shipped models
 )
 from workbench.translation.decode import DECODING
+from workbench.translation.files import MANIFEST, write_manifest  # noqa: F401 (re-exported)
 from workbench.translation.tokenizer import tokenizer_from_json
 
 log = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "pretrained"
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "CARD.md")  # hashed in card.json
-MANIFEST = "SHA256SUMS"  # the SHA-256 of FILES and card.json, in sha256sum's format
 
 
 class PretrainedError(CheckpointError):
@@ -66,49 +67,11 @@ def model_dir(name: str, root: str | Path | None = None) -> Path:
     return root / name
 
 
-def write_manifest(folder: str | Path, files: Sequence[str]) -> Path:
-    """Write ``folder/SHA256SUMS``: the SHA-256 of each of ``files`` (names inside ``folder``), in the format of
-    ``sha256sum`` (so ``sha256sum -c SHA256SUMS`` checks them too), atomically."""
-    from workbench.translation.files import atomic_write_text
-
-    folder = Path(folder)
-    lines = [f"{sha256_file(folder / name)}  {name}\n" for name in sorted(files)]
-    return atomic_write_text(folder / MANIFEST, "".join(lines))
-
-
 def verify_manifest(folder: str | Path, required: Sequence[str] = (), error: type[Exception] | None = None,
                     fix: str = "restore it with `git checkout -- workbench/pretrained` or reinstall the package",
                     only: Sequence[str] | None = None) -> dict[str, str]:
-    """Check the files of ``folder`` against its ``SHA256SUMS`` (each listed file, or those of ``only``); returns
-    name -> SHA-256.
-
-    Raises:
-        ``error`` (default :class:`PretrainedError`), in one line: the manifest is missing or does not list one of
-        ``required``, a listed file is missing, or a file does not match its SHA-256 (left as it is).
-    """
-    error = error or PretrainedError
-    folder = Path(folder)
-    path = folder / MANIFEST
-    if not path.is_file():
-        raise error(f"{path} is missing: the folder's files (its card included) cannot be checked; {fix}")
-    recorded: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        digest, _, name = line.partition("  ")
-        if name:
-            recorded[name.lstrip("*")] = digest
-    for name in required:
-        if name not in recorded:
-            raise error(f"{path} records no SHA-256 for {name}: the manifest is incomplete; {fix}")
-    for name in only if only is not None else recorded:
-        file = folder / name
-        if not file.is_file():
-            raise error(f"{file} is missing; {fix}")
-        actual = sha256_file(file)
-        if actual != recorded.get(name):
-            raise error(f"{file} does not match its recorded SHA-256 ({MANIFEST}: expected "
-                        f"{str(recorded.get(name))[:12]}..., found {actual[:12]}...): the file was edited or "
-                        f"truncated. It was left as it is; {fix}")
-    return recorded
+    """:func:`workbench.translation.files.verify_manifest` with :class:`PretrainedError` as its default error."""
+    return files.verify_manifest(folder, required, error or PretrainedError, fix, only)
 
 
 def read_card(name: str, root: str | Path | None = None) -> dict[str, Any]:

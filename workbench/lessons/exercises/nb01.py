@@ -10,14 +10,8 @@ import torch
 from torch import Tensor
 
 from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import (
-    Case,
-    Exercise,
-    Mistake,
-    Prediction,
-    register,
-    register_prediction,
-)
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 from workbench.model.rnn import DotProductAttention
 
 PACKAGE = ("workbench.model.rnn.DotProductAttention.forward",)  # unavailable while a student's function runs

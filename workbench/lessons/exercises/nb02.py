@@ -10,14 +10,8 @@ import torch
 from torch import Tensor
 
 from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import (
-    Case,
-    Exercise,
-    Mistake,
-    Prediction,
-    register,
-    register_prediction,
-)
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 from workbench.model.attention import attention_weights as package_weights
 from workbench.model.attention import scaled_dot_product_attention as package_attention
 

@@ -10,15 +10,8 @@ import torch
 from torch import Tensor
 
 from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import (
-    Case,
-    Exercise,
-    Mistake,
-    Prediction,
-    register,
-    register_prediction,
-    variants,
-)
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 from workbench.model.attention import MultiHeadAttention
 
 

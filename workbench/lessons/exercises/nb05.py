@@ -13,16 +13,8 @@ import torch
 from torch import Tensor
 
 from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import (
-    Case,
-    Exercise,
-    Invariant,
-    Mistake,
-    Prediction,
-    register,
-    register_prediction,
-    variants,
-)
+from workbench.lessons.exercises.core import Case, Exercise, Invariant, Mistake, register, variants
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 from workbench.model.attention import scaled_dot_product_attention
 from workbench.model.masks import causal_mask, padding_mask
 

@@ -12,15 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import (
-    Case,
-    Exercise,
-    Mistake,
-    Prediction,
-    register,
-    register_prediction,
-    variants,
-)
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 from workbench.model.transformer import FeedForward, sublayer_connection
 
 

@@ -10,14 +10,8 @@ from collections import Counter
 
 from sacrebleu.metrics.helpers import extract_word_ngrams
 
-from workbench.lessons.exercises.core import (
-    Case,
-    Exercise,
-    Mistake,
-    Prediction,
-    register,
-    register_prediction,
-)
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 
 
 def ngram_matches(hyp: list[str], ref: list[str], n: int) -> tuple[int, int]:

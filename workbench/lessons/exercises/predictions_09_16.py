@@ -8,7 +8,7 @@ computed from the parameters alone; the others need the lesson's own run (``expe
 
 from __future__ import annotations
 
-from workbench.lessons.exercises.core import Prediction, register_prediction
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 
 D_FIXED = 64  # lesson 10's default width during the n sweep (tests/test_exercise_checks.py reads the notebook's)
 

@@ -1,0 +1,236 @@
+"""Running a student's function for a check: a time limit, the package's answer made unavailable while it runs
+(:class:`PackageAnswerCalled`), and the gradients of its output with respect to its inputs."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+# -- running the student's function ------------------------------------------------------------------------------
+class _TimeLimit(Exception):
+    pass
+
+
+class PackageAnswerCalled(BaseException):  # noqa: N818 (a BaseException: a student's `except Exception` cannot hide it)
+    """Raised when a student's function calls the package's own answer while it is being checked."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _fresh(args: tuple) -> tuple:
+    """A deep copy of the inputs, so that a function that changes its arguments in place spoils nothing."""
+    return copy.deepcopy(args)
+
+
+def _call_with_limit(fn: Callable[..., Any], args: tuple, seconds: float) -> Any:
+    """``fn(*args)``, interrupted after ``seconds`` where an alarm signal can be used (the main thread on Unix)."""
+    if seconds <= 0:
+        raise _TimeLimit
+    use_alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not use_alarm:
+        return fn(*args)
+
+    def on_alarm(_signum: int, _frame: Any) -> None:
+        raise _TimeLimit
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run(ex: Any, fn: Callable[..., Any], args: tuple) -> Any:
+    """``fn`` on ``args`` as the exercise calls it (through its driver, if any)."""
+    return ex.driver(fn, *args) if ex.driver is not None else fn(*args)
+
+
+def _resolve(dotted: str) -> tuple[Any, str, Any]:
+    """(owner, attribute, value) of a dotted name ``"package.module.Class.attr"``."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:-1]:
+            owner = getattr(owner, name)
+        return owner, parts[-1], getattr(owner, parts[-1])
+    raise ValueError(f"cannot resolve {dotted!r}: name a module attribute such as 'workbench.model.masks.causal_mask'")
+
+
+@contextlib.contextmanager
+def _package_answer_unavailable(ex: Any, fn: Callable[..., Any]) -> Iterator[None]:
+    """While the block runs, the package's answer (the exercise's reference and every name in ``ex.package``) raises
+    :class:`PackageAnswerCalled` wherever the student's code could reach it: in every ``workbench`` module that holds
+    it (re-exports included), on its class, and in the student's function's globals."""
+    targets: list[tuple[str, Any]] = [(f"the exercise's own reference ({ex.id})", ex.reference)]
+    resolved = [(dotted, *_resolve(dotted)) for dotted in ex.package]  # before anything is patched
+    for dotted, _owner, _attr, value in resolved:
+        targets.append((dotted, value))
+    originals = {id(v): v for _, v in targets}
+    names = {id(v): n for n, v in targets}
+
+    def trap_for(name: str) -> Callable[..., Any]:
+        def trap(*_args: Any, **_kwargs: Any) -> Any:
+            raise PackageAnswerCalled(name)
+
+        return trap
+
+    traps = {k: trap_for(names[k]) for k in originals}
+    patched: list[tuple[Any, str, Any]] = []
+
+    def patch_namespace(owner: Any, namespace: dict) -> None:
+        for key, value in list(namespace.items()):
+            if id(value) in originals and value is originals[id(value)]:
+                patched.append((owner, key, value))
+                setattr(owner, key, traps[id(value)])
+
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and (module_name == "workbench" or module_name.startswith("workbench.")):
+            patch_namespace(module, vars(module))
+    for _dotted, owner, attr, value in resolved:
+        if isinstance(owner, type):
+            patch_namespace(owner, dict(vars(owner)))
+        elif getattr(owner, attr, None) is value:  # e.g. a torch function: patched where it is defined
+            patched.append((owner, attr, value))
+            setattr(owner, attr, traps[id(value)])
+    student_globals = getattr(fn, "__globals__", None)
+    if isinstance(student_globals, dict):
+        for key, value in list(student_globals.items()):
+            if id(value) in originals and value is originals[id(value)]:
+                patched.append((student_globals, key, value))
+                student_globals[key] = traps[id(value)]
+    reference = ex.reference
+    object.__setattr__(ex, "reference", traps[id(reference)])  # ex.get(...).reference is unavailable too (frozen)
+    try:
+        yield
+    finally:
+        object.__setattr__(ex, "reference", reference)
+        for owner, key, value in reversed(patched):
+            if isinstance(owner, dict):
+                owner[key] = value
+            else:
+                setattr(owner, key, value)
+
+
+def _float_leaves(x: Any) -> list[Tensor]:
+    """The floating-point tensors of a structure, in order."""
+    if isinstance(x, Tensor):
+        return [x] if x.is_floating_point() else []
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _float_leaves(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _float_leaves(v)]
+    return []
+
+
+def _grad_inputs(args: tuple) -> tuple[tuple, list[tuple[str, Tensor]]]:
+    """A copy of ``args`` whose floating-point tensors (and modules' floating parameters) require gradients, and the
+    list of those leaves with their names (``"argument 2"``, ``"argument 3: weight"``)."""
+    args = _fresh(args)
+    leaves: list[tuple[str, Tensor]] = []
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor) and a.is_floating_point():
+            a = a.detach().clone().requires_grad_(True)
+            leaves.append((f"argument {i + 1}", a))
+        elif isinstance(a, nn.Module):
+            for name, p in a.named_parameters():
+                if p.is_floating_point():
+                    p.requires_grad_(True)
+                    leaves.append((f"argument {i + 1}: {name}", p))
+        elif isinstance(a, (list, tuple)) and any(isinstance(v, (Tensor, dict)) for v in a):
+            a = type(a)(_grad_container(v, f"argument {i + 1}[{j}]", leaves) for j, v in enumerate(a))
+        out.append(a)
+    return tuple(out), leaves
+
+
+def _grad_container(v: Any, name: str, leaves: list[tuple[str, Tensor]]) -> Any:
+    if isinstance(v, Tensor) and v.is_floating_point():
+        v = v.detach().clone().requires_grad_(True)
+        leaves.append((name, v))
+        return v
+    if isinstance(v, dict):
+        return {k: _grad_container(x, f"{name}[{k!r}]", leaves) for k, x in v.items()}
+    return v
+
+
+def _cotangent(t: Tensor, i: int) -> Tensor:
+    """A fixed random weighting of output leaf ``i`` (the same in every process), so that the gradient of
+    Σ (output · weight) tests every entry of the Jacobian's rows at once."""
+    g = torch.Generator().manual_seed(1000 + i)
+    return torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.dtype)
+
+
+def _all_on_cpu(x: Any) -> bool:
+    """Are all the tensors of a structure on the CPU?"""
+    if isinstance(x, Tensor):
+        return x.device.type == "cpu"
+    if isinstance(x, (tuple, list)):
+        return all(_all_on_cpu(v) for v in x)
+    if isinstance(x, dict):
+        return all(_all_on_cpu(v) for v in x.values())
+    return True
+
+
+def gradients(ex: Any, fn: Callable[..., Any], args: tuple) -> dict[str, Any]:
+    """The gradients of Σ (output · fixed weights) with respect to every floating-point input of ``fn`` on ``args``:
+    ``{"argument 1": tensor or None, ...}`` (None: no gradient reaches that input)."""
+    grad_args, leaves = _grad_inputs(args)
+    with torch.enable_grad():
+        out = _run(ex, fn, grad_args)
+        outs = [t for t in _float_leaves(out) if t.requires_grad]
+        if not outs or not leaves:
+            return {name: None for name, _ in leaves}
+        loss = sum((t * _cotangent(t, i)).sum() for i, t in enumerate(outs))
+        grads = torch.autograd.grad(loss, [leaf for _, leaf in leaves], allow_unused=True)
+    return {name: (g.detach().clone() if g is not None else None) for (name, _), g in zip(leaves, grads, strict=True)}
+
+
+def _arg_names(ex: Any) -> list[str]:
+    """The names of the arguments the cases hold (the reference's parameters, or the driver's after ``fn``)."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(ex.driver or ex.reference).parameters)
+    except (TypeError, ValueError):
+        return []
+    return params[1:] if ex.driver is not None else params
+
+
+def _argument(path: str, names: Sequence[str] = ()) -> str:
+    """``"[1]['w']"`` -> ``"argument 2 (`H`), ['w']"``: where a difference in the inputs lies, for the student."""
+    if path.startswith("["):
+        head, _, rest = path[1:].partition("]")
+        if head.isdigit():
+            i = int(head)
+            label = f"argument {i + 1}" + (f" (`{names[i]}`)" if i < len(names) else "")
+            return label + (f", {rest}" if rest else "")
+    return path
+
+
+def _grad_label(name: str, names: Sequence[str]) -> str:
+    """``"argument 2: weight"`` -> ``"argument 2 (`norm`): weight"``."""
+    head, sep, rest = name.partition(":")
+    parts = head.split()
+    if len(parts) == 2 and parts[0] == "argument" and parts[1].split("[")[0].isdigit():
+        i = int(parts[1].split("[")[0]) - 1
+        if i < len(names):
+            return f"{head} (`{names[i]}`){sep}{rest}"
+    return name

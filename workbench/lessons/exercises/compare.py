@@ -1,0 +1,175 @@
+"""Comparing a student's outputs with the package's, as plain data: :func:`difference` (one line on the first
+difference: structure, shape, dtype, device, NaN or the largest gap), :func:`plain` (any output or input as data
+that can cross to another process and be read back with ``torch.load(weights_only=True)``), and compact renderings
+for the feedback."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+# -- comparing outputs -------------------------------------------------------------------------------------------
+OPAQUE = "__opaque__"  # key of the plain-data stand-in for an object that is not plain data (see plain())
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, dict) and OPAQUE in x:
+        return str(x[OPAQUE])
+    if isinstance(x, Tensor):
+        return f"a tensor of shape {tuple(x.shape)}"
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)} items"
+    if isinstance(x, dict):
+        return f"a dict with keys {sorted(map(str, x))}"
+    return f"a {type(x).__name__} ({x!r:.40})"
+
+
+def _where(path: str) -> str:
+    return f" (in {path})" if path else ""
+
+
+def difference(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-4, path: str = "") -> str | None:
+    """None when ``got`` equals ``want`` (tensors within tolerance, NaN where NaN), else a one-line description of
+    the first difference: structure, shape, dtype, device, NaN, or the largest difference and where."""
+    if isinstance(got, dict) and OPAQUE in got and not (isinstance(want, dict) and OPAQUE in want):
+        if isinstance(want, Tensor) and "device" in got:
+            return f"device {got['device']}, expected {want.device}{_where(path)}"
+        return f"returned {got[OPAQUE]}, expected {_describe(want)}{_where(path)}"
+    if isinstance(want, Tensor):
+        if not isinstance(got, Tensor):
+            return f"returned {_describe(got)}, expected a tensor of shape {tuple(want.shape)}{_where(path)}"
+        if got.shape != want.shape:
+            return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}{_where(path)}"
+        if got.dtype != want.dtype:
+            return f"dtype {got.dtype}, expected {want.dtype}{_where(path)}"
+        if got.device != want.device:
+            return f"device {got.device}, expected {want.device}{_where(path)}"
+        if not want.dtype.is_floating_point:
+            if torch.equal(got, want):
+                return None
+            idx = tuple(int(i) for i in (got != want).nonzero()[0])
+            return (f"{int((got != want).sum())} of {want.numel()} entries differ, first at {idx}: yours "
+                    f"{got[idx].item()!r}, expected {want[idx].item()!r}{_where(path)}")
+        g, w = got.detach().double(), want.detach().double()
+        bad_nan = torch.isnan(g) & ~torch.isnan(w)
+        if bool(bad_nan.any()):
+            idx = tuple(int(i) for i in bad_nan.nonzero()[0])
+            return f"NaN at {idx} where the expected value is {w[idx].item():.4g}{_where(path)}"
+        if torch.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True):
+            return None
+        err = (g - w).abs().nan_to_num(nan=math.inf)
+        idx = tuple(int(i) for i in divmod_index(int(err.argmax()), tuple(w.shape)))
+        return (f"largest difference {err[idx].item():.3g} at index {idx}: yours {g[idx].item():.4g}, "
+                f"expected {w[idx].item():.4g}{_where(path)}")
+    if isinstance(want, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(want):
+            return f"returned {_describe(got)}, expected {_describe(want)}{_where(path)}"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            d = difference(g, w, atol, rtol, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    if isinstance(want, dict):
+        if not isinstance(got, dict) or set(got) != set(want):
+            return f"returned {_describe(got)}, expected {_describe(want)}{_where(path)}"
+        for k in want:
+            d = difference(got[k], want[k], atol, rtol, f"{path}[{k!r}]")
+            if d:
+                return d
+        return None
+    if isinstance(want, float) or (isinstance(want, int) and not isinstance(want, bool)):
+        if isinstance(got, Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return f"returned {_describe(got)}, expected a number ({want:.4g}){_where(path)}"
+        if math.isnan(got) and not math.isnan(want):
+            return f"NaN where the expected value is {want:.4g}{_where(path)}"
+        if math.isclose(got, want, rel_tol=rtol, abs_tol=atol):
+            return None
+        return f"{got:.6g}, expected {want:.6g} (difference {abs(got - want):.3g}){_where(path)}"
+    if got != want:
+        return f"{got!r:.60}, expected {want!r:.60}{_where(path)}"
+    return None
+
+
+def divmod_index(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """The multi-index of position ``flat`` in a row-major tensor of ``shape``."""
+    idx = []
+    for size in reversed(shape):
+        flat, r = divmod(flat, size)
+        idx.append(r)
+    return list(reversed(idx))
+
+
+def plain(x: Any, depth: int = 0) -> Any:
+    """``x`` as plain data (tensors on the CPU, lists, tuples, dicts with string keys, numbers, strings, None), so
+    an observation can cross to another process and be read back with ``torch.load(weights_only=True)``.
+
+    A module becomes its ``state_dict``, an object its attributes; anything else becomes ``{OPAQUE: description}``.
+    """
+    if depth > 8:
+        return {OPAQUE: "a structure nested more than 8 levels deep"}
+    if isinstance(x, Tensor):
+        if x.device.type != "cpu":
+            return {OPAQUE: f"a tensor of shape {tuple(x.shape)} on device {x.device}", "device": str(x.device)}
+        if x.is_sparse or x.layout != torch.strided:
+            return {OPAQUE: f"a {x.layout} tensor"}
+        return x.detach().clone()
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, tuple):
+        return tuple(plain(v, depth + 1) for v in x)
+    if isinstance(x, list):
+        return [plain(v, depth + 1) for v in x]
+    if isinstance(x, dict):
+        return {str(k): plain(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, nn.Module):
+        return {"__module__": type(x).__name__, **{k: plain(v, depth + 1) for k, v in x.state_dict().items()}}
+    if isinstance(x, np.ndarray):
+        return {OPAQUE: f"a numpy array of shape {x.shape} (return a torch tensor)"}
+    if isinstance(x, (np.integer, np.floating)):
+        return x.item()
+    attrs = getattr(x, "__dict__", None)
+    if (isinstance(attrs, dict) and not callable(x)) or type(x).__module__.startswith("workbench"):
+        return {"__object__": type(x).__name__, **{str(k): plain(v, depth + 1) for k, v in (attrs or {}).items()}}
+    return {OPAQUE: f"a {type(x).__name__}"}
+
+
+
+def _size(args: tuple) -> int:
+    """How big an input is (the number of tensor entries and list items), to show the smallest failing case."""
+    total = 0
+    for a in args:
+        if isinstance(a, Tensor):
+            total += a.numel()
+        elif isinstance(a, (list, tuple)):
+            total += _size(tuple(a)) + len(a)
+        elif isinstance(a, dict):
+            total += _size(tuple(a.values()))
+        elif isinstance(a, nn.Module):
+            total += sum(p.numel() for p in a.parameters())
+        else:
+            total += 1
+    return total
+
+
+def _show_value(x: Any, limit: int = 160) -> str:
+    """A compact one-line rendering of an output, for the feedback."""
+    if isinstance(x, Tensor):
+        with np.printoptions(precision=3, suppress=True, threshold=24, edgeitems=2, linewidth=10_000):
+            body = np.array2string(x.detach().double().numpy() if x.is_floating_point() else x.numpy(),
+                                   separator=", ").replace("\n", " ")
+        text = f"{body} {tuple(x.shape)}"
+    elif isinstance(x, dict) and OPAQUE in x:
+        text = str(x[OPAQUE])
+    elif isinstance(x, (list, tuple)):
+        text = "[" + ", ".join(_show_value(v, 60) for v in x) + "]"
+    elif isinstance(x, dict):
+        text = "{" + ", ".join(f"{k}: {_show_value(v, 60)}" for k, v in x.items()) + "}"
+    else:
+        text = repr(x)
+    return " ".join(text.split())[:limit] + ("…" if len(text) > limit else "")
