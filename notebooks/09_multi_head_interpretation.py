@@ -334,6 +334,18 @@ ins = inspect_translation(model, tok, SENTENCE)
 head_view(**to_bertviz(ins.cache, ins.src_tokens, ins.tgt_tokens))
 figures.head_lines(ins.weights("cross", -1), ins.out_tokens, ins.src_tokens, title="cross-attention, last layer (offline view)").show()
 
+# %% [markdown]
+# ## In your browser
+#
+# The book's page *Translate in your browser* runs this model in the reader's browser (ONNX Runtime Web, with the
+# graphs of `workbench export small-de-en DIR --to onnx`): type German, read the English, pick any cross-attention head
+# for any output word, then untick heads to switch them off and translate again. In the served book
+# (`workbench book serve --dir book`) it appears below; in Jupyter the frame stays empty.
+
+# %%
+from IPython.display import IFrame
+IFrame("_static/translate/embed.html", width="100%", height=1000)
+
 # %%
 metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 

@@ -189,6 +189,12 @@ metrics.update(rows=rows, claims=paper, signs=signs, noise_margin_log_ppl=margin
 # errors of that mean (`workbench.lessons.table3.judge_seeded`).
 
 # %% [markdown]
+# **Predict, then run.** The table below was trained until the base stopped improving, three seeds a row. Of the paper's claims it judges, for how many will the paper's sign hold beyond the spread of the seeds? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_SIGNS_HOLD: int | None = None  # a number of claims
+
+# %% [markdown]
 # ### Exercise 11.paired_verdict · `paired_verdict`
 #
 # The verdict of one row from seeded runs: `base[i]` and `variant[i]` were trained from the same seed $i$, so take
@@ -218,12 +224,6 @@ def paired_verdict(base, variant, direction, factor=2.0):
 result = ex.check("11.paired_verdict", paired_verdict)
 paired_verdict = result.function
 result
-
-# %% [markdown]
-# **Predict, then run.** The table below was trained until the base stopped improving, three seeds a row. Of the paper's claims it judges, for how many will the paper's sign hold beyond the spread of the seeds? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
-
-# %% tags=["answer"]
-PREDICT_SIGNS_HOLD: int | None = None  # a number of claims
 
 # %%
 from pathlib import Path

@@ -142,7 +142,6 @@ def src_tokens(ids):
 # A subject pair: its two translations, then every (layer, position) of the three position families patched clean →
 # corrupted, one at a time (each cell is one row of a batched run).
 
-
 # %% [markdown]
 # ### Exercise 13.patch_hook · `patch_hook`
 #

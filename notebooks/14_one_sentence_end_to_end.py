@@ -336,6 +336,18 @@ from workbench.viz.decoding_widgets import LengthPenaltyExplorer
 LengthPenaltyExplorer(trace, lambda ids: tok.decode_tgt([ids])[0], alpha=ALPHA)
 
 # %% [markdown]
+# ## In your browser
+#
+# The book's page *Translate in your browser* runs this model in the reader's browser (ONNX Runtime Web, with the
+# encoder and the cached decoder step of `workbench export small-de-en DIR --to onnx`): greedy or beam 4 with the α
+# slider, the pieces of both sides, and each output word's cross-attention. In the served book
+# (`workbench book serve --dir book`) it appears below; in Jupyter the frame stays empty.
+
+# %%
+from IPython.display import IFrame
+IFrame("_static/translate/embed.html", width="100%", height=1000)
+
+# %% [markdown]
 # ## The inspector, while decoding
 #
 # The attention inspector of lesson 09 shows the same things for any sentence you type: open its "while decoding"

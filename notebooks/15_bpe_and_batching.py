@@ -259,10 +259,6 @@ metrics.update(shared_pieces=len(shared), separate_same_id_same_piece=same_id_sa
 # backward passes of a narrow model (1+1 layers, d_model 128, so the timing fits in the lesson) over all the batches:
 # same sentences, same model; the batchings alternate and the median of `REPEATS` passes counts.
 
-equal = SubwordTokenizer.train(train, vocab_size=2000, joint=False)  # two separate vocabularies, both full
-sizes_equal = equal.src_vocab_size == equal.tgt_vocab_size
-print(f"separate vocabularies of {equal.src_vocab_size} and {equal.tgt_vocab_size} pieces: equal sizes {sizes_equal}")
-wb.build_model(wb.preset("small", tie_src_tgt=True), equal.src_vocab_size, equal.tgt_vocab_size)  # sizes only: ties
 # %% [markdown]
 # ### Exercise 15.padding_stats · `padding_stats`
 #

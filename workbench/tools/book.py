@@ -151,6 +151,9 @@ def write_sources(pages: Sequence[BookPage], src: str | Path, solutions: bool = 
     static = src / "_static"
     static.mkdir(exist_ok=True)
     shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", static / "plotly.min.js")
+    from workbench.tools.translate_page import add_page
+
+    translate = add_page(src)  # "Translate in your browser" (None, logged in one line, without Node.js)
     changes: list[str] = []
     checks: dict[str, list[Check]] = {}
     for page in pages:
@@ -167,7 +170,10 @@ def write_sources(pages: Sequence[BookPage], src: str | Path, solutions: bool = 
     index = (src / "index.md").read_text(encoding="utf-8")
     lessons = "\n".join(p.name for p in pages)
     for key, value in {"{{ build_note }}": _build_note(pages), "{{ series_table }}": _series_table(pages, checks),
-                       "{{ models }}": _models_summary(names), "{{ lessons }}": lessons}.items():
+                       "{{ models }}": _models_summary(names), "{{ lessons }}": lessons,
+                       "{{ translate }}": translate or "",
+                       "{{ translate_link }}": "{doc}`translate`: type German, read the English and its attention, "
+                                               "all in this page (served)." if translate else ""}.items():
         index = index.replace(key, value)
     (src / "index.md").write_text(index, encoding="utf-8")
     return changes

@@ -26,8 +26,8 @@ import os
 import platform
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
