@@ -8,7 +8,7 @@ Builds the page alone (workbench.tools.translate_page.standalone_page) in a temp
 127.0.0.1 and blocks every other request. Each load is a fresh browser context (empty cache): ``first_translation_ms``
 counts from the page's start (its script's first line) to the end of its first translation (the example sentence,
 greedy), so it includes fetching the 23 MB, compiling the WebAssembly and creating both sessions. Writes
-bench/results/translate-page-<commit>.json. Targets (issue 51): first translation <= 3 s, a sentence <= 300 ms,
+bench/results/translate-page/translate-page-<commit>.json. Targets (issue 51): first translation <= 3 s, a sentence <= 300 ms,
 added assets <= 25 MB.
 """
 
@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--agree", type=int, default=20, help="sentences compared with Python")
     ap.add_argument("--no-bleu", action="store_true", help="skip the BLEU of the int8 graphs on the whole test split")
     ap.add_argument("--screenshot", default=None, help="write a screenshot of the page here")
-    ap.add_argument("--json", default=None, help="result file (default bench/results/translate-page-<commit>.json)")
+    ap.add_argument("--json", default=None, help="result file (default bench/results/translate-page/translate-page-<commit>.json)")
     args = ap.parse_args()
 
     import sacrebleu
@@ -139,7 +139,7 @@ def main() -> None:
                       "per_sentence_beam4": per["beam4"]["median_ms"] <= 300, "assets": total <= 25e6}}
     print(f"assets {total / 1e6:.2f} MB; first translation median {result['first_translation_ms_median']:.0f} ms; "
           f"met: {result['met']}")
-    out = Path(args.json) if args.json else ROOT / "bench" / "results" / f"translate-page-{(record.get('commit') or 'nogit')[:7]}.json"
+    out = Path(args.json) if args.json else ROOT / "bench" / "results" / "translate-page" / f"translate-page-{(record.get('commit') or 'nogit')[:7]}.json"
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}")
 
