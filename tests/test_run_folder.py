@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import require_module
 
 from workbench.errors import RunFolderError
 from workbench.tools.cli import build_parser, main
@@ -183,7 +184,7 @@ def test_shipped_manifests_cover_every_file_and_the_card():
 
 
 def test_an_edited_file_of_an_exported_folder_is_refused_when_reimported(tmp_path, subword_tokenizer):
-    pytest.importorskip("transformers")
+    require_module("transformers", 'pip install -e ".[hf]"')
     from workbench import build_model, preset
     from workbench.bridges.huggingface import load_marian, to_huggingface
     from workbench.errors import BridgeError
