@@ -162,6 +162,10 @@ display(pd.DataFrame({"word": [tok.id_to_token(int(i)) for i in final_ids],
                       "decided at layer": depth1.tolist(),
                       "layer 0 reads": [tok.id_to_token(int(i)) for i in lens1[0, 0].argmax(-1)]}))
 print(sentence, "->", out)
+p_final = torch.softmax(lens1[:, 0].float(), -1).gather(-1, final_ids.expand(L, -1)[..., None])[..., 0]  # (L, T)
+figures.head_stat_figure(p_final.T, [tok.id_to_token(int(i)) for i in final_ids],
+                         title="tuned lens: probability of the final word, by decoder layer").update_xaxes(
+    title_text="decoder layer").show()
 
 # %% [markdown]
 # ## 2 · Attention sinks
@@ -184,6 +188,11 @@ sink_rows = {name: a.summary()[list(CATEGORIES)].round(4).to_dict("index") for n
 metrics["sink_shares"] = sink_rows
 row_sums = [float(a.table[list(CATEGORIES)].sum(axis=1).sub(1).abs().max()) for a in audits.values()]
 metrics["sink_row_sum_error"] = max(row_sums)
+shares = {name: a.summary()[list(CATEGORIES)] for name, a in audits.items()}
+labels = [f"{name}: {kind}" for name, table in shares.items() for kind in table.index]
+figures.grouped_bar_figure(labels, {c: [float(table.loc[k, c]) for table in shares.values() for k in table.index]
+                                    for c in CATEGORIES},
+                           title="where attention weight goes, mean over heads", ylabel="share of weight").show()
 
 # %%
 cross = audits["small-de-en"].table.query("kind == 'cross'")
