@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from workbench.viz.figures import PAGE_WIDTH, FigureInputError, _esc, _to_numpy
 
-__all__ = ["STATUS_COLORS", "alpha_figure", "beam_tree_figure", "kv_cache_figure", "topk_figure"]
+__all__ = ["STATUS_COLORS", "alpha_figure", "beam_tree_figure", "kv_cache_figure", "lens_steps_figure", "topk_figure"]
 
 STATUS_COLORS = {"kept": "#2b6cb0", "finished": "#2f855a", "pruned": "#a0aec0", "winner": "#c53030"}
 
@@ -36,7 +36,7 @@ def _tree_rows(trace: Any) -> dict[int, float]:
 
 
 def beam_tree_figure(trace: Any, token_label: Callable[[int], str], ranking: Any | None = None,
-                     title: str | None = None) -> go.Figure:
+                     title: str | None = None, leads: Mapping[int, int] | None = None) -> go.Figure:
     """The beam search as a tree: steps run across, every hypothesis considered is a node labelled with its token.
 
     Blue nodes entered the beam, green ones finished (eos entered the beam), grey ones were pruned by the top-K
@@ -48,6 +48,10 @@ def beam_tree_figure(trace: Any, token_label: Callable[[int], str], ranking: Any
     Args:
         trace: a :class:`~workbench.translation.decode_trace.BeamTrace`.
         token_label: token id -> text.
+        ranking: a :class:`~workbench.translation.decode_trace.Ranking` to draw (winner, stop step).
+        title: figure title.
+        leads: node id -> the decoder layer from which its word leads under the lens (-1: never), from
+            :func:`workbench.inspect.lens_paths.beam_tree_leads`; the hover names it.
     """
     if not getattr(trace, "nodes", None):
         raise FigureInputError("the beam trace has no nodes: trace a sentence with trace_beam first")
@@ -87,6 +91,10 @@ def beam_tree_figure(trace: Any, token_label: Callable[[int], str], ranking: Any
             left = trace.left_beam_at(n.id) if status == "finished" else None
             if left is not None:
                 extra += f"<br>pushed out of the beam at step {left}"
+            if leads is not None and n.id in leads:
+                lead = leads[n.id]
+                extra += (f"<br>lens: leads from decoder layer {lead}" if lead >= 0
+                          else "<br>lens: never the top word (a beam's lower-ranked extension)")
             symbols.append("x" if left is not None else "circle")
             hover.append(f"step {n.step}: {text}<br>log P = {n.logp:.3f}<br>{status}{extra}")
         # pruned nodes carry no label (their tokens stack into an unreadable column): hover names them
@@ -106,6 +114,45 @@ def beam_tree_figure(trace: Any, token_label: Callable[[int], str], ranking: Any
                       legend=dict(orientation="h", y=-0.12))
     fig.update_xaxes(title_text="step (tokens after bos)", dtick=1, showgrid=False)
     fig.update_yaxes(visible=False, autorange="reversed")
+    return fig
+
+
+def lens_steps_figure(steps: Any, token_label: Callable[[int], str], title: str | None = None) -> go.Figure:
+    """The decoder lens along one decoding: decoder layers down, generated words across.
+
+    Each cell is the probability the layer's lens gives the word the decoder emitted at that step, and is labelled
+    with the lens's own top word there; a ring marks the layer from which the emitted word leads (no ring: it never
+    leads). Hovering a cell names the layer's three top words.
+
+    Args:
+        steps: a :class:`~workbench.inspect.lens_paths.LensSteps`.
+        token_label: token id -> text.
+    """
+    p = _to_numpy(steps.p_chosen)
+    if p.ndim != 2 or p.shape[1] != len(steps.tokens):
+        raise FigureInputError(f"p_chosen must be (layers, steps) with {len(steps.tokens)} steps, got {p.shape}")
+    L, T = p.shape
+    words = [f"{t}: {_esc(token_label(i))}" for t, i in enumerate(steps.tokens)]
+    top_ids, top_probs = _to_numpy(steps.top_ids), _to_numpy(steps.top_probs)
+    text = [[_esc(token_label(int(top_ids[layer, t, 0]))) for t in range(T)] for layer in range(L)]
+    hover = [[f"step {words[t]}, decoder layer {layer}<br>p(emitted word) = {p[layer, t]:.3f}<br>top: "
+              + ", ".join(f"{_esc(token_label(int(i)))} {q:.2f}" for i, q in zip(top_ids[layer, t], top_probs[layer, t],
+                                                                                  strict=True))
+              for t in range(T)] for layer in range(L)]
+    fig = go.Figure(go.Heatmap(z=p, x=list(range(T)), y=list(range(L)), zmin=0, zmax=1, colorscale="Blues",
+                               text=text, texttemplate="%{text}", textfont=dict(size=9), customdata=hover,
+                               hovertemplate="%{customdata}<extra></extra>",
+                               colorbar=dict(title=dict(text="p", side="right"), thickness=14)))
+    lead_t = [t for t in range(T) if steps.leads[t] >= 0]
+    fig.add_trace(go.Scatter(x=lead_t, y=[steps.leads[t] for t in lead_t], mode="markers", name="leads from here",
+                             marker=dict(symbol="circle-open", size=22, color=STATUS_COLORS["winner"], line=dict(width=2)),
+                             hoverinfo="skip"))
+    kind = "tuned lens" if steps.tuned else "logit lens"
+    fig.update_layout(title=title or f"{kind}: p(emitted word) at each decoder layer (cell text: the layer's top word)",
+                      height=140 + 60 * L, width=int(min(PAGE_WIDTH, max(520, 64 * T + 160))), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=-0.35))
+    fig.update_xaxes(tickvals=list(range(T)), ticktext=words, tickangle=-45)
+    fig.update_yaxes(tickvals=list(range(L)), ticktext=[f"layer {layer}" for layer in range(L)], autorange="reversed")
     return fig
 
 

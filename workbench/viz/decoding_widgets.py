@@ -1,22 +1,25 @@
-"""ipywidgets for decoding: a length-penalty slider that re-ranks a traced beam's finished hypotheses.
+"""ipywidgets for decoding: a length-penalty slider that re-ranks a traced beam's finished hypotheses, and the
+decoder lens along a decoding, one step at a time.
 
 The ranking comes from :func:`workbench.translation.decode_trace.rerank` (the same stop test and ranking as
-:func:`~workbench.translation.decode.beam_search`); the widget only draws it.
+:func:`~workbench.translation.decode.beam_search`), the lens from :func:`workbench.inspect.lens_paths.lens_steps`;
+the widgets only draw them.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
 from workbench.translation.decode_trace import BeamTrace, Ranking, rerank
-from workbench.viz.decoding_figures import STATUS_COLORS
+from workbench.viz.decoding_figures import STATUS_COLORS, lens_steps_figure
 
-__all__ = ["LengthPenaltyExplorer"]
+__all__ = ["LengthPenaltyExplorer", "LensStepView"]
 
 
 class LengthPenaltyExplorer:
@@ -62,6 +65,57 @@ class LengthPenaltyExplorer:
         self.readout.value = (f"α = {r.alpha:.1f}: the search stops after step {r.stop_step} and returns "
                               f"<b>{html.escape(text)}</b> ({len(winner)} tokens). Red: returned; green: in the beam "
                               "when the search stops; grey: not in the beam when the search stops (pushed out earlier, or finished only later).")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+class LensStepView:
+    """The decoder lens along one decoding; choosing a step (the menu, or a click on its column) says from which
+    decoder layer its word leads and shows, beside it, the cross-attention row of the head that looked hardest at
+    one source piece while the word was chosen.
+
+    Attributes:
+        widget: the box to display. ``step``: the step menu. ``figure``: the lens heatmap (a FigureWidget).
+        ``head_figure``: that head's weights over the source. ``readout``: the sentence about the chosen step.
+    """
+
+    def __init__(self, steps: Any, token_label: Callable[[int], str], src_tokens: Sequence[str], step: int = 0) -> None:
+        self.steps, self.token_label, self.src_tokens = steps, token_label, list(src_tokens)
+        options = [(f"{t}: {token_label(i)}", t) for t, i in enumerate(steps.tokens)]
+        self.step = W.Dropdown(options=options, value=min(max(step, 0), len(options) - 1), description="step")
+        self.readout = W.HTML()
+        self.figure = go.FigureWidget(lens_steps_figure(steps, token_label))
+        self.head_figure = go.FigureWidget(go.Figure(go.Bar(x=list(range(len(self.src_tokens))), y=np.zeros(len(self.src_tokens)),
+                                                            marker_color=STATUS_COLORS["kept"],
+                                                            hovertemplate="%{x}: %{y:.3f}<extra></extra>")))
+        self.head_figure.update_layout(height=260, width=640, yaxis=dict(range=[0, 1], title="weight"),
+                                       xaxis=dict(tickvals=list(range(len(self.src_tokens))),
+                                                  ticktext=[html.escape(t) for t in self.src_tokens], tickangle=-45))
+        self.figure.data[0].on_click(self._on_click)
+        self.step.observe(lambda _: self.update(), names="value")
+        self.widget = W.VBox([self.figure, self.step, self.readout, self.head_figure])
+        self.update()
+
+    def _on_click(self, _trace: Any, points: Any, _state: Any) -> None:
+        if points.xs:
+            self.step.value = int(points.xs[0])
+
+    def update(self) -> None:
+        """Describe the chosen step and draw the head that looked hardest at the source then."""
+        t = int(self.step.value)
+        self.readout.value = html.escape(self.steps.describe(t, self.token_label, self.src_tokens))
+        layer, head, _pos, _w = self.steps.looked[t]
+        row = self.steps.cross[layer, head, t].numpy()  # (S,)
+        with self.head_figure.batch_update():
+            self.head_figure.data[0].y = row
+            self.head_figure.layout.title = (f"cross-attention, decoder layer {layer}, head {head}, while writing "
+                                             f"'{html.escape(self.token_label(self.steps.tokens[t]))}'")
+        with self.figure.batch_update():
+            self.figure.layout.shapes = ({"type": "rect", "x0": t - 0.5, "x1": t + 0.5, "y0": -0.5,
+                                          "y1": self.steps.n_layers - 0.5, "line": {"color": "#e4572e", "width": 3}},)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
