@@ -131,3 +131,15 @@ def test_figure_and_widget(small):
     tree = beam_tree_figure(trace, label, leads=leads)
     hover = " ".join(h for d in tree.data if d.hovertext for h in d.hovertext)
     assert "lens: leads from decoder layer" in hover and "never the top word" in hover
+
+
+@pytest.mark.parametrize(("src", "tgt", "match"), [
+    ([[5, 6, 3]], [[2, 10**6]], "outside the model's vocabulary"),
+    ([[-1, 6, 3]], [[2]], "outside the model's vocabulary"),
+    ([[5.0, 6.0, 3.0]], [[2]], "torch.long tensor of token ids, got torch.float32"),
+])
+def test_lens_refuses_ids_the_model_cannot_read(small, src, tgt, match):
+    model, _ = small
+    src_t = torch.tensor(src)
+    with pytest.raises(PatchingError, match=match):
+        logit_lens(model, src_t, torch.tensor(tgt))

@@ -92,11 +92,15 @@ def _recording(model: nn.Module, layers: Sequence[int], store: dict[int, Tensor]
             handle.remove()
 
 
-def _rows(src: Tensor, tgt: Tensor) -> tuple[Tensor, Tensor]:
+def _rows(src: Tensor, tgt: Tensor, model: nn.Module | None = None) -> tuple[Tensor, Tensor]:
     for name, t in (("src", src), ("tgt", tgt)):
         if not isinstance(t, Tensor) or t.dim() != 2 or t.dtype != torch.long:
-            raise PatchingError(f"{name} must be a (B, T) tensor of token ids, got "
-                                f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+            got = (f"{t.dtype} {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__)
+            raise PatchingError(f"{name} must be a (B, T) torch.long tensor of token ids, got {got}")
+        size = getattr(model, f"{name}_vocab_size", None)
+        if size is not None and t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+            raise PatchingError(f"{name} holds ids outside the model's vocabulary 0..{size - 1} (min {int(t.min())}, "
+                                f"max {int(t.max())}): encode the text with the model's own tokenizer")
     if src.shape[0] != tgt.shape[0]:
         raise PatchingError(f"src has {src.shape[0]} rows but tgt has {tgt.shape[0]}: give one decoder input per source")
     return src, tgt
@@ -112,7 +116,7 @@ def decoder_states(model: nn.Module, src: Tensor, tgt: Tensor,
     """
     n = _decoder_layers(model)
     chosen = _check_layers(layers, n)
-    src, tgt = _rows(src, tgt)
+    src, tgt = _rows(src, tgt, model)
     store: dict[int, Tensor] = {}
     was_training = model.training
     model.eval()

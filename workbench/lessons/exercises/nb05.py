@@ -145,7 +145,7 @@ def _unscaled(x_new, cache, W_q, W_k, W_v):
 
 
 def _cache_draw(rng) -> Case:
-    B, T, D, dt = rng.randint(1, 3), rng.randint(1, 6), rng.randint(1, 8), P.dtype(rng)
+    B, T, D, dt = rng.randint(1, 3), rng.randint(1, 12), rng.randint(1, 8), P.dtype(rng)
     return Case(f"batch {B}, {T} steps, D={D}, {dt}", _cache_case(B, T, D, rng.randrange(10**6), dt))
 
 
@@ -160,7 +160,9 @@ def _reprojects(x_new, cache, W_q, W_k, W_v):
 register(Exercise(
     "05.attend_with_cache", "one decoding step of self-attention with a key/value cache", attend_with_cache,
     lambda: [Case("batch 2, 6 steps, D=8", _cache_case(2, 6, 8, 0)), Case("batch 1, 1 step", _cache_case(1, 1, 4, 1)),
-             Case("float64, 4 steps", _cache_case(2, 4, 6, 2, torch.float64))],
+             Case("float64, 4 steps", _cache_case(2, 4, 6, 2, torch.float64)),
+             # long enough that a cache which keeps only its last few positions (a window) shows
+             Case("batch 1, 16 steps, D=4", _cache_case(1, 16, 4, 3))],
     driver=run_and_watch_cache, draw=_cache_draw, differentiable=True, fills=(CACHE_K, CACHE_V),
     package=("workbench.model.attention.scaled_dot_product_attention", "workbench.model.attention.KVCache.append",
              "torch.nn.functional.scaled_dot_product_attention"),
