@@ -1,4 +1,4 @@
-"""Speed and memory benchmarks (same as ``workbench bench``): see :mod:`workbench.tools.benchmark`.
+"""Speed and memory benchmarks (same as ``workbench bench``): see :mod:`workbench.tools.bench.benchmark`.
 
     python bench/core.py [--quick] [--suite NAME ...] [--json bench.json] [--print-json] [--device auto]
 """
@@ -6,7 +6,7 @@
 import logging
 import sys
 
-from workbench.tools.benchmark import build_parser, main
+from workbench.tools.bench.benchmark import build_parser, main
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")

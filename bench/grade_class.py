@@ -4,7 +4,7 @@
 
 Builds a class of ``--students`` copies of notebook 05 (the student version; one in three with the master's
 solutions, one in three with one wrong exercise, the rest left as stubs), grades it with
-:func:`workbench.tools.grader.grade_class` (the function ``workbench notebooks grade`` calls) in each mode, ``--jobs``
+:func:`workbench.tools.grading.grader.grade_class` (the function ``workbench notebooks grade`` calls) in each mode, ``--jobs``
 notebooks at a time, each sandboxed run with one thread, the full mode at SMOKE size, and prints the wall time, the
 seconds per notebook and the statuses found. Writes the figures with their provenance (commit, CPU, threads, the
 isolation that applied, the load before the run; "contended" when other work loaded the machine) to
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import nbformat
 
-from workbench.tools.assign import copy_student, solution_view
-from workbench.tools.gradebook import item_rows
-from workbench.tools.grader import GradeOptions, grade_class
+from workbench.tools.book.assign import copy_student, solution_view
+from workbench.tools.grading.gradebook import item_rows
+from workbench.tools.grading.grader import GradeOptions, grade_class
 from workbench.tools.provenance import provenance
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import workbench as wb
 from workbench.runtime import choose_precision
-from workbench.tools.bench_suites import random_batch, train_step_pair
+from workbench.tools.bench.suites import random_batch, train_step_pair
 from workbench.tools.provenance import provenance, write_report
 
 GROUPS = {  # op name prefix -> group

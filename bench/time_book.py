@@ -2,7 +2,7 @@
 
     python bench/time_book.py [--smoke] [--jobs N] [--threads N] [--json FILE]
 
-Runs ``workbench book build`` (the same :func:`workbench.tools.book.build_book` the command calls) with an empty model
+Runs ``workbench book build`` (the same :func:`workbench.tools.book.build.build_book` the command calls) with an empty model
 cache (``WORKBENCH_CACHE`` set to a new temporary folder, so the one notebook that caches a trained model trains it
 again) into temporary folders, and prints the wall time of the whole build, of the notebooks and of Sphinx, and each
 notebook's own seconds. ``--json`` also writes them with the machine, torch version, commit and every notebook's
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench.tools.book import build_book
-from workbench.tools.notebook_runner import default_jobs, kernel_threads
+from workbench.tools.book.build import build_book
+from workbench.tools.book.runner import default_jobs, kernel_threads
 from workbench.tools.provenance import provenance, write_report
 
 

@@ -97,7 +97,7 @@ def readout(out: Path, src: str = "de", tgt: str = "en", data_dir: str | None = 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
-    from workbench.tools.cli import main as workbench_main
+    from workbench.tools.cli.main import main as workbench_main
     from workbench.tools.provenance import provenance
 
     out = Path(args.out)

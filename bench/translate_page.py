@@ -4,7 +4,7 @@ int8 weights it runs.
 
     python bench/translate_page.py [--loads 3] [--sentences 50] [--screenshot docs/images/translate-in-browser.png]
 
-Builds the page alone (workbench.tools.translate_page.standalone_page) in a temporary folder, serves it on
+Builds the page alone (workbench.tools.book.translate_page.standalone_page) in a temporary folder, serves it on
 127.0.0.1 and blocks every other request. Each load is a fresh browser context (empty cache): ``first_translation_ms``
 counts from the page's start (its script's first line) to the end of its first translation (the example sentence,
 greedy), so it includes fetching the 23 MB, compiling the WebAssembly and creating both sessions. Writes
@@ -50,9 +50,9 @@ def main() -> None:
 
     import workbench as wb
     from workbench.bridges.onnx import OnnxTranslator
-    from workbench.tools.book import served
+    from workbench.tools.book.build import served
+    from workbench.tools.book.translate_page import standalone_page
     from workbench.tools.provenance import provenance
-    from workbench.tools.translate_page import standalone_page
     from workbench.translation.data import load_multi30k
 
     record = provenance(["python", *sys.argv], cwd=ROOT)

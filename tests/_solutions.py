@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workbench.tools.assign import solution_view
+from workbench.tools.book.assign import solution_view
 
 REPO = Path(__file__).resolve().parents[1]
 

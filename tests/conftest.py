@@ -122,7 +122,7 @@ class SmokeRuns:
         self._results: dict[str, dict] = {}
 
     def __call__(self, path: Path) -> dict:
-        from workbench.tools.notebook_runner import run_notebook
+        from workbench.tools.book.runner import run_notebook
 
         if path.stem not in self._results:
             self._results[path.stem] = run_notebook(path, self.out, smoke=True, threads=1, timeout=300)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.tools.cli import main
+from workbench.tools.cli.main import main
 from workbench.translation.checkpoint import load_checkpoint, load_model, load_state, save_checkpoint
 from workbench.translation.data import load_multi30k, load_parallel_text
 from workbench.translation.decode import beam_search, translate
@@ -209,14 +209,14 @@ def _c18(tmp_path, mp):
 
 @case("misspelt notebook parameter", wb.NotebookParameterError, "did you mean SMOKE")
 def _c19(tmp_path, mp):
-    from workbench.tools.notebooks import check_parameters, list_notebooks
+    from workbench.tools.book.notebooks import check_parameters, list_notebooks
 
     check_parameters(list_notebooks()[0], {"SMOKEE": True})
 
 
 @case("ill-typed notebook parameter", wb.NotebookParameterError, "SEED")
 def _c20(tmp_path, mp):
-    from workbench.tools.notebooks import check_parameters, list_notebooks
+    from workbench.tools.book.notebooks import check_parameters, list_notebooks
 
     check_parameters(list_notebooks()[0], {"SEED": "zero"})
 

@@ -16,10 +16,12 @@ import torch
 
 import workbench as wb
 from workbench.inspect.capture import HookPoint, hooks_remaining
-from workbench.tools import bench_suites, benchmark, provenance
-from workbench.tools.bench_probes import sdpa_kernels
-from workbench.tools.bench_suites import race, random_batch
-from workbench.tools.rivals import NNTransformer, dropout_sites, without_hook_points
+from workbench.tools import provenance
+from workbench.tools.bench import benchmark
+from workbench.tools.bench import suites as bench_suites
+from workbench.tools.bench.probes import sdpa_kernels
+from workbench.tools.bench.rivals import NNTransformer, dropout_sites, without_hook_points
+from workbench.tools.bench.suites import race, random_batch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,7 +111,7 @@ def test_report_says_where_it_comes_from(tmp_path):
 
 
 def test_train_step_suite_races_the_presets_asked_for():
-    from workbench.tools.cli import parse_args
+    from workbench.tools.cli.main import parse_args
 
     args = parse_args(["bench", "--suite", "train_step", "--preset", "tiny", "--quick"])[1]
     assert args.presets == ["tiny"]
@@ -148,8 +150,8 @@ def _readme_command(starts: str, marker: str | None = None) -> list[str]:
 def test_translate_benchmark_trains_the_readme_recipe():
     """The benchmark, the README's command and RECIPES["cpu-small"] are one run; the README's benchmark command
     changes nothing but where results go."""
-    from workbench.tools.cli import parse_args
-    from workbench.tools.run_options import run_config_from_args
+    from workbench.tools.cli.main import parse_args
+    from workbench.tools.cli.run_options import run_config_from_args
     from workbench.translation.run import RECIPES
 
     script = _script()
@@ -482,8 +484,8 @@ def test_table_compares_integrated_gradients_step_counts_on_the_same_sentences(t
 def test_e2e_precision_race_alternates_and_reports_the_speedup():
     """The end-to-end race runs the recipe in every format the CPU races (fp32 and bf16 where it has bf16 units),
     alternating, and its speed-up is the ratio of the medians."""
-    from workbench.tools.bench_probes import e2e_precision_race
-    from workbench.tools.bench_suites import bench_precisions
+    from workbench.tools.bench.probes import e2e_precision_race
+    from workbench.tools.bench.suites import bench_precisions
     from workbench.translation.tokenizer import SubwordTokenizer
 
     pairs = [(f"ein hund läuft {i} mal", f"a dog runs {i} times") for i in range(40)]

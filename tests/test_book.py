@@ -19,7 +19,9 @@ import pytest
 from conftest import offline_page
 
 from workbench.errors import BookError
-from workbench.tools import book, book_pages, book_sphinx
+from workbench.tools.book import build as book
+from workbench.tools.book import pages as book_pages
+from workbench.tools.book import sphinx_build as book_sphinx
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -134,7 +136,7 @@ def test_offline_notebook_leaves_nothing_that_reaches_the_network():
 
 
 def test_figures_wider_than_the_column_take_its_width():
-    from workbench.tools.book_pages import fit_column, plotly_html
+    from workbench.tools.book.pages import fit_column, plotly_html
     from workbench.viz.figures import PAGE_WIDTH
 
     wide = {"width": PAGE_WIDTH + 400, "height": 500, "autosize": False, "title": {"text": "t"}}

@@ -374,7 +374,7 @@ def test_exported_small_de_en_generate_is_token_identical(exported_small, multi3
 def test_cli_export_ctranslate2_translates_as_we_do(tmp_path, multi30k_dir):
     require_module("ctranslate2", 'pip install -e ".[hf]"')
     from workbench.bridges.ctranslate2 import ct2_translate, ct2_translator
-    from workbench.tools.cli import main
+    from workbench.tools.cli.main import main
     from workbench.translation.data import load_multi30k
     from workbench.translation.decode import translate
     from workbench.translation.shipped import pretrained

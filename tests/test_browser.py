@@ -50,7 +50,7 @@ def _lab_with_cell(browser, tmp_path, source: str):
     nb.cells.append(nbformat.v4.new_code_cell(source))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "inspect.ipynb")
-    from workbench.tools.notebook_runner import kernel_name_for_this_python
+    from workbench.tools.book.runner import kernel_name_for_this_python
 
     kernel_name_for_this_python()  # make sure a python3 kernelspec exists
     port, token = _free_port(), "workbench-test-token"
@@ -153,7 +153,7 @@ def test_head_intervention_inspector_in_jupyterlab(browser, tmp_path):
 
 
 def test_html_report_renders_offline(browser, smoke_runs):
-    from workbench.tools.notebooks import list_notebooks
+    from workbench.tools.book.notebooks import list_notebooks
 
     nb = next(p for p in list_notebooks() if p.name.startswith("04_"))
     result = smoke_runs(nb)  # executed once per session, shared with tests/test_notebooks and the SMOKE book

@@ -1,6 +1,6 @@
 """The page "Translate in your browser" in headless Chromium, served locally with every other request blocked.
 
-Only the page's assets are built (into a temporary folder, :func:`workbench.tools.translate_page.standalone_page`),
+Only the page's assets are built (into a temporary folder, :func:`workbench.tools.book.translate_page.standalone_page`),
 not the book; ``npm ci`` runs from the committed lock file into the npm cache folder (outside the checkout) the
 first time. The page must translate as Python runs the same exported graphs (onnxruntime, greedy), tokenize as the
 workbench's tokenizer, draw a chosen head's cross-attention, and change its translation when a head is switched off
@@ -35,7 +35,7 @@ def page_dir(tmp_path_factory):
     require(shutil.which("node") and shutil.which("npm"), "Node.js (node, npm)",
             "apt-get install nodejs npm (the page's JavaScript comes from npm at build time)")
     require_module("onnxruntime", 'pip install -e ".[dev]" (the [onnx] extra)')
-    from workbench.tools.translate_page import standalone_page
+    from workbench.tools.book.translate_page import standalone_page
 
     folder = tmp_path_factory.mktemp("translate_page")
     sizes = standalone_page(folder)
@@ -70,7 +70,7 @@ def _served_page(browser, url: str):
 
 def test_page_translates_as_python(browser, page_dir, test_sentences, record_property):
     from workbench.bridges.onnx import OnnxTranslator
-    from workbench.tools.book import served
+    from workbench.tools.book.build import served
 
     python = OnnxTranslator(page_dir / "_static" / "translate" / "model")
     sentences = test_sentences[:20]

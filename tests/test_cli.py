@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from workbench.errors import CheckpointError
-from workbench.tools.bench_suites import bench_precisions
-from workbench.tools.benchmark import SUITES
-from workbench.tools.cli import main
+from workbench.tools.bench.benchmark import SUITES
+from workbench.tools.bench.suites import bench_precisions
+from workbench.tools.cli.main import main
 
 
 @pytest.mark.parametrize("command", [[], ["train"], ["translate"], ["evaluate"], ["average"], ["notebooks", "run"], ["bench"], ["info"]])
@@ -52,7 +52,7 @@ def test_train_translate_evaluate_average(tmp_path, capsys, multi30k_dir):
 
 
 def _train_parser():
-    from workbench.tools.cli import build_parser
+    from workbench.tools.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     return sub.choices["train"]
@@ -87,7 +87,7 @@ def test_train_without_a_budget_is_refused_in_one_line(tmp_path, capsys):
 
 
 def test_run_argv_gives_back_the_run():
-    from workbench.tools.run_options import run_argv, run_config_from_args
+    from workbench.tools.cli.run_options import run_argv, run_config_from_args
     from workbench.translation.run import RunConfig
 
     run = RunConfig.from_flat(arch="rnn", preset="tiny", limit=30, train_src="a.de", train_tgt="a.en", vocab_size=500,
@@ -103,8 +103,8 @@ def test_shipped_cards_train_commands_still_parse_and_are_their_named_recipes():
     import dataclasses
     import shlex
 
-    from workbench.tools.cli import parse_args
-    from workbench.tools.run_options import run_config_from_args
+    from workbench.tools.cli.main import parse_args
+    from workbench.tools.cli.run_options import run_config_from_args
     from workbench.translation import shipped
     from workbench.translation.run import RECIPES, recipe
 
@@ -126,8 +126,8 @@ def test_shipped_cards_train_commands_still_parse_and_are_their_named_recipes():
 
 
 def test_a_recipe_is_the_default_and_options_beside_it_override_only_their_fields():
-    from workbench.tools.cli import parse_args
-    from workbench.tools.run_options import run_config_from_args
+    from workbench.tools.cli.main import parse_args
+    from workbench.tools.cli.run_options import run_config_from_args
     from workbench.translation.run import RECIPES
 
     run = run_config_from_args(parse_args(["train", "--out", "x", "--recipe", "cpu-small"])[1])

@@ -58,7 +58,7 @@ def test_each_check_fails_on_a_planted_mistake(mistake, expected):
 
 def test_the_concepts_page_is_generated_from_the_map():
     page = concepts.CONCEPTS_PAGE.read_text(encoding="utf-8")
-    assert page == concepts.page_markdown(), "run: python -m workbench.tools.frontpage --write"
+    assert page == concepts.page_markdown(), "run: python -m workbench.tools.book.frontpage --write"
     assert "not yet" not in page.lower()
     for r in concepts.load()["rows"]:
         for anchor in r["lessons"]:

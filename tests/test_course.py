@@ -14,8 +14,8 @@ import pytest
 
 from workbench.lessons import course
 from workbench.lessons import exercises as ex
-from workbench.tools import frontpage
-from workbench.tools.book_pages import BookPage, prepare_notebook
+from workbench.tools.book import frontpage
+from workbench.tools.book.pages import BookPage, prepare_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -125,7 +125,7 @@ def test_the_readme_lists_each_lesson_on_one_line_with_minutes_and_difficulty():
 def test_the_teaching_page_is_up_to_date_and_holds_the_plan():
     page = course.TEACHING_PAGE.read_text(encoding="utf-8")
     for name, make in frontpage.course_page_blocks().items():
-        assert frontpage.block(page, name) == make(), "run: python -m workbench.tools.frontpage --write"
+        assert frontpage.block(page, name) == make(), "run: python -m workbench.tools.book.frontpage --write"
     plan = frontpage.block(page, "course-plan")
     assert len(re.findall(r"^\| \d+ \|", plan, re.M)) == 12
     for n in LESSONS:

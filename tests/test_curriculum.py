@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench.tools.notebooks import notebook_parameters
+from workbench.tools.book.notebooks import notebook_parameters
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 STEMS = ("03_multi_head_attention", "06_transformer_layer", "07_training_recipe")

@@ -70,7 +70,7 @@ if os.environ["RANK"] == "1":
 
     pathlib.Path.write_text = no_summary
 
-from workbench.tools.cli import main
+from workbench.tools.cli.main import main
 
 sys.exit(main(sys.argv[1:]))
 """

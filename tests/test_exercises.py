@@ -18,15 +18,15 @@ import torch
 from _solutions import master_solutions  # noqa: I001 (tests/ is on the path)
 
 from workbench.lessons import exercises as ex
-from workbench.tools.assign import (
+from workbench.tools.book.assign import (
     SolutionMarkerError,
     copy_student,
     has_solutions,
     solution_view,
     strip_solutions,
 )
-from workbench.tools.notebook_runner import run_notebook
-from workbench.tools.notebooks import list_notebooks
+from workbench.tools.book.notebooks import list_notebooks
+from workbench.tools.book.runner import run_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 MASTERS = [p for p in list_notebooks(REPO / "notebooks") if ex.exercises_of(p.stem[:2])]  # every notebook with one
@@ -296,7 +296,7 @@ def test_student_copy_runs_to_the_end_not_attempted(path, student_dir, tmp_path)
 
 @pytest.mark.notebook
 def test_book_collapses_each_solution_and_shows_its_check(smoke_runs, tmp_path):
-    from workbench.tools.book import build_book
+    from workbench.tools.book.build import build_book
 
     path = next(p for p in MASTERS if p.stem.startswith("02"))
     assert smoke_runs(path)["status"] == "ok"

@@ -116,7 +116,7 @@ def _train_child(argv, kill_mode=None, kill_at=0, log_file=os.devnull):
 
     import torch
 
-    from workbench.tools.cli import main
+    from workbench.tools.cli.main import main
 
     log = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
@@ -185,7 +185,7 @@ def test_sigkill_at_20_random_moments_always_resumes_to_the_uninterrupted_run(tm
 
     ctx = mp.get_context("forkserver")
     # torch._dynamo: torch imports it at the first optimizer it builds, which costs seconds in every fresh process
-    ctx.set_forkserver_preload(["torch", "torch._dynamo", "workbench.tools.cli", "workbench.translation.pipeline",
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "workbench.tools.cli.main", "workbench.translation.pipeline",
                                 "workbench.translation.train", "workbench.translation.tokenizer"])
     data = tmp_path / "data"
     data.mkdir()

@@ -44,7 +44,7 @@ def test_peak_and_mfu(monkeypatch):
 def test_benchmark_reference_has_our_parameter_count():
     """The nn.Transformer we race against is the same size (its extra final LayerNorms of a post-LN stack removed)."""
     from workbench import build_model, preset
-    from workbench.tools.rivals import NNTransformer
+    from workbench.tools.bench.rivals import NNTransformer
 
     # base ties the source embedding too (paper section 3.4); shared tensors counted once
     for cfg in (preset("tiny"), preset("small"), preset("small", norm_first=True), preset("base")):

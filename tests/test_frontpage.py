@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.tools import frontpage
+from workbench.tools.book import frontpage
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -42,7 +42,7 @@ def test_readme_picture_and_local_links_exist():
 def test_generated_blocks_are_up_to_date(name):
     block = frontpage.block(README, name)
     assert block is not None, f"README has no {name} block"
-    assert block == frontpage.BLOCKS[name](), "run: python -m workbench.tools.frontpage --write"
+    assert block == frontpage.BLOCKS[name](), "run: python -m workbench.tools.book.frontpage --write"
 
 
 def test_lessons_block_lists_every_notebook_and_fails_on_a_new_one(tmp_path):

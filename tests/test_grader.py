@@ -1,4 +1,4 @@
-"""The grader of a class (workbench.tools.grader): what it takes from a notebook, that the grade comes from its own
+"""The grader of a class (workbench.tools.grading.grader): what it takes from a notebook, that the grade comes from its own
 judgement and never from what the student's code wrote, and that hostile or broken notebooks get a one-line status
 while the grader, the other students and the instructor's files are unaffected.
 
@@ -25,10 +25,10 @@ import pytest
 from conftest import REPO, require
 
 from workbench.lessons import exercises as ex
-from workbench.tools import grader, sandbox
-from workbench.tools.assign import copy_student, solution_view
-from workbench.tools.gradebook import item_rows, totals, write_gradebook
-from workbench.tools.submission import Submission, extract, read_submission
+from workbench.tools.book.assign import copy_student, solution_view
+from workbench.tools.grading import grader, sandbox
+from workbench.tools.grading.gradebook import item_rows, totals, write_gradebook
+from workbench.tools.grading.submission import Submission, extract, read_submission
 
 MASTER = REPO / "notebooks" / "05_masked_attention.ipynb"
 NAME = MASTER.stem
@@ -417,7 +417,7 @@ def test_full_mode_reports_whether_each_notebook_runs(tmp_path):
 
 # -- a book without the solutions ----------------------------------------------------------------------------------
 def test_book_stubs_leave_no_solution_in_any_master():
-    from workbench.tools.assign import book_stubs, strip_solutions
+    from workbench.tools.book.assign import book_stubs, strip_solutions
 
     for path in sorted((REPO / "notebooks").glob("0[1-8]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
@@ -433,8 +433,9 @@ def test_book_stubs_leave_no_solution_in_any_master():
 
 
 def test_book_build_no_solutions_reaches_the_builder(monkeypatch):
-    import workbench.tools.book as book
-    from workbench.tools.cli import build_parser, cmd_book
+    import workbench.tools.book.build as book
+    from workbench.tools.cli.course import cmd_book
+    from workbench.tools.cli.main import build_parser
 
     seen = {}
 
@@ -452,7 +453,7 @@ def test_book_build_no_solutions_reaches_the_builder(monkeypatch):
 def test_command_line_page_documents_the_grader():
     import shlex
 
-    from workbench.tools.cli import build_parser
+    from workbench.tools.cli.main import build_parser
 
     page = (REPO / "workbench" / "book_src" / "command-line.md").read_text(encoding="utf-8")
     flat = " ".join(page.split())

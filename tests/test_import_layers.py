@@ -3,6 +3,7 @@
 
 Every ``import`` and ``from ... import`` in ``workbench/**/*.py`` is read with :mod:`ast` (lazy imports inside
 functions included): an import of a higher layer fails unless it is in :data:`ALLOWED`, each with its reason.
+Inside ``tools/`` the trades (:data:`TOOLS`) are layered the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ LAYERS = {
     "inspect": 3, "lessons": 3, "bridges": 3,  # the side door, what the lessons measure, other toolkits' formats
     "viz": 4,  # figures and widgets
     "__init__": 5,  # the public API (wb.*)
-    "tools": 6, "book_src": 6, "__main__": 6,  # command line, book, notebooks, benchmarks, release: API users
+    "tools": 6,  # command line, book and notebooks, grading, benchmarks, release: API users
+    "book_src": 7, "__main__": 7,  # the book's Sphinx configuration and ``python -m workbench``: tools' users
+}
+
+# within tools/, one sub-package (or module) a trade, on the same rule: a trade imports its own and those below
+TOOLS = {
+    "provenance": 0,  # the record every result file carries, and the one report writer
+    "bench": 1, "book": 1, "release": 1,  # the benchmark suite; notebooks and the book; building a shipped model
+    "grading": 2,  # grading a class: runs the notebooks (book/) in a sandbox
+    "cli": 3,  # the ``workbench`` command: every trade's commands
 }
 
 # upward imports that remain, each with its reason (file, imported module); shrink this, never grow it silently
@@ -44,16 +54,27 @@ ALLOWED = {
 }
 
 
-def _layer(module: str) -> tuple[str, int]:
-    top = module.split(".")[1] if module.count(".") else "__init__"
+def _layer(module: str) -> tuple[str, float]:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    if top == "tools" and len(parts) > 2:  # a trade of tools/: between tools/ itself and the layer above
+        return f"tools.{parts[2]}", LAYERS["tools"] + TOOLS[parts[2]] / 10
     return top, LAYERS.get(top, LAYERS["__init__"])
+
+
+def _own_layer(rel: str) -> float:
+    """The layer of a file, from its path below ``workbench/`` (``tools/cli/main.py`` is the trade ``cli``)."""
+    parts = rel.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1] or ["__init__"]
+    return _layer(".".join(["workbench", *parts]))[1]
 
 
 def upward_imports() -> set[tuple[str, str]]:
     found = set()
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        own = LAYERS[rel.split("/")[0].removesuffix(".py")]
+        own = _own_layer(rel)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = ([f"workbench.{a.name}" for a in node.names] if node.module == "workbench"
@@ -71,6 +92,8 @@ def upward_imports() -> set[tuple[str, str]]:
 def test_every_package_folder_has_a_layer():
     tops = {p.relative_to(ROOT).parts[0].removesuffix(".py") for p in ROOT.rglob("*.py")}
     assert tops <= set(LAYERS), tops - set(LAYERS)
+    trades = {p.relative_to(ROOT / "tools").parts[0].removesuffix(".py") for p in (ROOT / "tools").rglob("*.py")}
+    assert trades - {"__init__"} == set(TOOLS), trades ^ set(TOOLS)
 
 
 def test_imports_point_down_the_layers():
@@ -85,5 +108,10 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     (fake / "model").mkdir(parents=True)
     (fake / "model" / "bad.py").write_text("def f():\n    from workbench.viz import figures\n")
     (fake / "runtime.py").write_text("from workbench import model\n")
+    (fake / "tools" / "book").mkdir(parents=True)  # within tools/: the book importing the command line, and fine ones
+    (fake / "tools" / "book" / "bad.py").write_text("from workbench.tools.cli import main\n")
+    (fake / "tools" / "book" / "__init__.py").write_text("from workbench.tools import provenance\n")
+    (fake / "tools" / "grading.py").write_text("from workbench.tools.book import runner\nimport workbench.model\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", fake)
-    assert upward_imports() == {("model/bad.py", "workbench.viz"), ("runtime.py", "workbench.model")}
+    assert upward_imports() == {("model/bad.py", "workbench.viz"), ("runtime.py", "workbench.model"),
+                                ("tools/book/bad.py", "workbench.tools.cli")}

@@ -45,7 +45,7 @@ def test_kept_memory_stops_a_growing_tensor_faulting_pages_in():
 
 
 def test_the_decoding_commands_keep_freed_memory_for_their_own_process(monkeypatch, capsys):
-    from workbench.tools import cli
+    from workbench.tools.cli import main as cli
 
     calls = []
     monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append(1) or True)

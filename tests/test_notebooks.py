@@ -20,8 +20,7 @@ import pytest
 from _derived import expected_jacobian_norm  # tests/_derived.py
 
 from workbench.errors import NotebookParameterError
-from workbench.tools.notebook_runner import html_is_offline, kernel_name_for_this_python, run_series
-from workbench.tools.notebooks import (
+from workbench.tools.book.notebooks import (
     check_parameters,
     list_notebooks,
     notebook_parameters,
@@ -29,6 +28,7 @@ from workbench.tools.notebooks import (
     parse_parameters,
     select_notebooks,
 )
+from workbench.tools.book.runner import html_is_offline, kernel_name_for_this_python, run_series
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = list_notebooks(REPO / "notebooks")
@@ -425,7 +425,7 @@ def test_notebook_folder_resolution(tmp_path, monkeypatch):
 def test_installed_package_finds_its_shipped_notebooks(tmp_path):
     """A package in site-packages (no pyproject.toml beside it) does not take a stray notebooks/ folder there for
     a checkout's (it falls back to its shipped copy; tests/test_packaging.py runs that copy from a wheel)."""
-    from workbench.tools.notebooks import _checkout_notebooks_dir
+    from workbench.tools.book.notebooks import _checkout_notebooks_dir
 
     site = tmp_path / "site-packages"
     (site / "workbench").mkdir(parents=True)
@@ -438,7 +438,7 @@ def test_installed_package_finds_its_shipped_notebooks(tmp_path):
 
 def test_copy_notebooks_writes_pairs_and_refuses_to_overwrite(tmp_path):
     from workbench.errors import NotebookCopyError
-    from workbench.tools.notebooks import copy_notebooks
+    from workbench.tools.book.notebooks import copy_notebooks
 
     target = tmp_path / "mine" / "lessons"
     written = copy_notebooks(target, only="02", directory=REPO / "notebooks")
@@ -460,7 +460,7 @@ def test_copy_notebooks_writes_pairs_and_refuses_to_overwrite(tmp_path):
 
 
 def test_copy_notebooks_copies_every_pair_of_the_series(tmp_path):
-    from workbench.tools.notebooks import copy_notebooks
+    from workbench.tools.book.notebooks import copy_notebooks
 
     written = copy_notebooks(tmp_path, directory=REPO / "notebooks")
     assert sorted(p.name for p in written) == sorted(
@@ -534,7 +534,7 @@ def test_run_series_runs_notebooks_side_by_side_in_series_order(tmp_path):
 
 
 def test_default_jobs_follows_the_cores_and_the_environment(monkeypatch):
-    from workbench.tools.notebook_runner import default_jobs
+    from workbench.tools.book.runner import default_jobs
 
     monkeypatch.delenv("WORKBENCH_NOTEBOOK_JOBS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
@@ -600,8 +600,8 @@ def test_notebook_matches_its_paired_text_file(path: Path) -> None:
 # -- paths and console output of `workbench notebooks run` ------------------------------------------------------
 def test_kernel_environment_makes_user_paths_absolute(tmp_path, monkeypatch):
     """The kernel runs in the report folder: relative paths must be resolved where the user stands, first."""
-    from workbench.tools.notebook_runner import _kernel_environment
-    from workbench.tools.notebooks import resolve_path_parameters
+    from workbench.tools.book.notebooks import resolve_path_parameters
+    from workbench.tools.book.runner import _kernel_environment
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WORKBENCH_MULTI30K", "../shared/data/multi30k")

@@ -125,7 +125,7 @@ def test_shipped_model_translates_as_the_workbench(shipped, tmp_path, multi30k_d
 
 
 def test_export_command_and_bad_format(shipped, tmp_path):
-    from workbench.tools.cli import main
+    from workbench.tools.cli.main import main
 
     assert main(["export", "small-de-en", str(tmp_path / "web"), "--to", "onnx"]) == 0
     assert {p.name for p in (tmp_path / "web").iterdir()} == {"encoder.onnx", "decoder.onnx", "weights.bin",

@@ -101,7 +101,7 @@ def test_wheel_runs_a_notebook_without_the_source_tree(tmp_path):
     # 3. from an empty folder: the wheel's workbench is imported, and it finds its own notebooks
     work = tmp_path / "empty"
     work.mkdir()
-    probe = ("import json, workbench, workbench.tools.notebooks as n; "
+    probe = ("import json, workbench, workbench.tools.book.notebooks as n; "
              "print(json.dumps({'file': workbench.__file__, 'notebooks': str(n.notebooks_dir()), "
              "'names': [p.name for p in n.list_notebooks()]}))")
     seen = json.loads(_run([str(python), "-c", probe], work, env, 120).stdout.strip().splitlines()[-1])

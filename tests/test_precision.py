@@ -92,7 +92,7 @@ def test_probe_times_both_formats_and_leaves_the_random_state(bf16_units):
 
 
 def test_cli_bf16_without_units_is_one_line_and_exit_2(no_bf16, capsys):
-    from workbench.tools.cli import main
+    from workbench.tools.cli.main import main
 
     rc = main(["translate", "--checkpoint", "small-de-en", "--device", "cpu", "--precision", "bf16", "Ein Hund ."])
     err = capsys.readouterr().err.strip().splitlines()
@@ -265,7 +265,7 @@ def test_capture_interventions_and_attribution_run_in_fp32_under_bf16():
 
 # -- the benchmark gives the reference the same precision ---------------------------------------------------------
 def test_train_step_race_runs_both_sides_in_the_same_precision():
-    from workbench.tools.bench_suites import random_batch, train_step_pair
+    from workbench.tools.bench.suites import random_batch, train_step_pair
 
     torch.manual_seed(9)
     src, tgt = random_batch(200, 4, 6, 7, CPU)
@@ -300,7 +300,7 @@ def test_matmul_peaks_alternate_the_formats():
 
 
 def test_table_says_when_the_machine_was_busy_and_shows_the_precision_race():
-    from workbench.tools.benchmark import format_table
+    from workbench.tools.bench.benchmark import format_table
 
     base = {"device": "cpu", "machine": "x86_64", "cpu_model": "Some CPU", "threads": 1, "torch": "2", "commit": None,
             "cpu_count": 2, "matmul_peak_tflops": {"fp32": 0.09, "bf16": 0.19}, "bf16_units": "avx512_bf16"}
@@ -321,7 +321,7 @@ def test_reproducing_a_card_trains_in_the_cards_precision(monkeypatch, tmp_path)
     """The shipped cards were trained in fp32 before --precision existed: reproducing one must not take auto's bf16."""
     import argparse
 
-    from workbench.tools import cli
+    from workbench.tools.cli import main as cli
 
     seen = []
     monkeypatch.setattr(cli, "main", lambda argv: seen.append(list(argv)) or 1)  # stop before building

@@ -13,7 +13,7 @@ import torch
 from conftest import require_module
 
 from workbench.errors import RunFolderError
-from workbench.tools.cli import build_parser, main
+from workbench.tools.cli.main import build_parser, main
 from workbench.translation import pipeline, run_folder
 from workbench.translation.checkpoint import load_checkpoint
 from workbench.translation.run import RunConfig

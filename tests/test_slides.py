@@ -1,4 +1,4 @@
-"""Slide decks (workbench/tools/slides.py): one offline deck per executed lesson, a title slide with the lesson's
+"""Slide decks (workbench/tools/book/slides.py): one offline deck per executed lesson, a title slide with the lesson's
 objectives, one slide per figure, a slide of its checks; in the browser every figure draws with the network cut."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from conftest import offline_page
 
 from workbench.lessons import course
-from workbench.tools.slides import build_slides
+from workbench.tools.book.slides import build_slides
 
 
 def _executed(folder: Path, n_figures: int) -> Path:
@@ -47,7 +47,7 @@ def test_a_deck_has_the_objectives_each_figure_and_the_checks(tmp_path):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_the_deck_of_a_small_lesson_draws_offline(smoke_runs, browser, tmp_path):
-    from workbench.tools.notebooks import list_notebooks
+    from workbench.tools.book.notebooks import list_notebooks
 
     nb = next(p for p in list_notebooks() if p.name.startswith("04_"))
     result = smoke_runs(nb)

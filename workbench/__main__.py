@@ -2,6 +2,6 @@
 
 import sys
 
-from workbench.tools.cli import main
+from workbench.tools.cli.main import main
 
 sys.exit(main())

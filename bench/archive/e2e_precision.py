@@ -2,7 +2,7 @@
 
     python bench/archive/e2e_precision.py [--pairs 4000] [--rounds 3] [--threads N] [--json FILE]
 
-The race of ``workbench bench --suite e2e`` (:func:`workbench.tools.bench_probes.e2e_precision_race`) on its own,
+The race of ``workbench bench --suite e2e`` (:func:`workbench.tools.bench.probes.e2e_precision_race`) on its own,
 without the suite's extra ``fit`` in the format ``auto`` picks, and with the number of passes and pairs as options,
 so a short lease of another machine can measure it: the ``cpu-small`` recipe (small preset, dropout 0.2, 3,072-token
 batches, its schedule) trains for one pass over the first ``--pairs`` Multi30k training pairs, ``--rounds`` passes
@@ -32,7 +32,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from workbench.tools.bench_probes import e2e_precision_race
+    from workbench.tools.bench.probes import e2e_precision_race
     from workbench.tools.provenance import provenance, utc_now
     from workbench.translation.data import load_multi30k
     from workbench.translation.tokenizer import SubwordTokenizer

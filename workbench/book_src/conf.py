@@ -1,7 +1,7 @@
 """Sphinx configuration of the Attention Workbench book (copied into a temporary source folder by
 ``workbench book build``, next to the executed notebooks)."""
 
-from workbench.tools.book_sphinx import sphinx_setup
+from workbench.tools.book.sphinx_build import sphinx_setup
 
 project = "Attention Workbench"
 author = "Attention Workbench developers"

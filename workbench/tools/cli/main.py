@@ -16,8 +16,8 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.runtime import keep_freed_memory
-from workbench.tools.cli_course import add_course_commands, cmd_book, cmd_grade, cmd_notebooks  # noqa: F401 (re-exported)
-from workbench.tools.run_options import add_run_options, run_config_from_args
+from workbench.tools.cli.course import add_course_commands
+from workbench.tools.cli.run_options import add_run_options, run_config_from_args
 from workbench.translation.decode import DECODING
 
 log = logging.getLogger("workbench")
@@ -265,7 +265,7 @@ def cmd_average(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from workbench.tools.benchmark import main as bench_main
+    from workbench.tools.bench.benchmark import main as bench_main
 
     return bench_main(args.suite, quick=args.quick, out_json=args.json or None, device=args.device,
                       as_json=args.print_json, presets=args.presets)
@@ -386,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
     p.set_defaults(func=cmd_export)
 
-    from workbench.tools.benchmark import add_arguments as add_bench_arguments
+    from workbench.tools.bench.benchmark import add_arguments as add_bench_arguments
 
     p = sub.add_parser("bench", help="benchmarks: print a table and write JSON",
                        description="Speed and memory benchmarks (attention, train step vs nn.Transformer, capture "

@@ -38,14 +38,14 @@ change them. For marks, the grader adds the sandbox, its own judgement, per-stud
 def cmd_notebooks(args: argparse.Namespace) -> int:
     """``run``: one progress bar, then one line per notebook (and its error); ``--verbose`` also shows papermill's
     records and the kernels' start-up warnings. ``copy``: editable copies of the notebooks in a folder."""
-    from workbench.tools.notebook_runner import run_series
-    from workbench.tools.notebooks import copy_notebooks, notebooks_dir, parse_parameters
+    from workbench.tools.book.notebooks import copy_notebooks, notebooks_dir, parse_parameters
+    from workbench.tools.book.runner import run_series
 
     if args.action == "grade":
         return cmd_grade(args)
     if args.action == "copy":
         if args.student:
-            from workbench.tools.assign import copy_student
+            from workbench.tools.book.assign import copy_student
 
             written = copy_student(args.target, only=args.only or None, force=args.force)
             done = (f"wrote {len(written)} student files (exercise solutions replaced by stubs, checks kept) from "
@@ -61,7 +61,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     if quiet:
         logging.getLogger().setLevel(logging.WARNING)
         logging.getLogger("papermill").setLevel(logging.ERROR)  # its INFO records and parameter warnings
-        logging.getLogger("workbench.tools.notebook_runner").setLevel(logging.ERROR)  # failures are in the table below
+        logging.getLogger("workbench.tools.book.runner").setLevel(logging.ERROR)  # failures are in the table below
     params = parse_parameters(args.param or [])
     only = args.only or None
     out = Path(args.out).expanduser().resolve()  # the kernels run elsewhere: resolve where the user stands
@@ -80,10 +80,10 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     """``notebooks grade CLASS_DIR``: grade every student's notebooks in the sandbox, write the gradebook, print a
     summary (or the exercise rows as JSON); exit 1 when an exercise did not pass."""
-    from workbench.tools.gradebook import summary_table, write_gradebook
-    from workbench.tools.grader import GradeOptions, grade_class
-    from workbench.tools.notebook_runner import default_jobs
-    from workbench.tools.sandbox import Limits
+    from workbench.tools.book.runner import default_jobs
+    from workbench.tools.grading.gradebook import summary_table, write_gradebook
+    from workbench.tools.grading.grader import GradeOptions, grade_class
+    from workbench.tools.grading.sandbox import Limits
 
     logging.getLogger("papermill").setLevel(logging.ERROR)
     limits = Limits(memory_bytes=int(args.memory_gb * 2**30))
@@ -101,11 +101,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_book(args: argparse.Namespace) -> int:
-    from workbench.tools.book import build_book, serve
-    from workbench.tools.notebooks import parse_parameters
+    from workbench.tools.book.build import build_book, serve
+    from workbench.tools.book.notebooks import parse_parameters
 
     if args.action == "slides":
-        from workbench.tools.slides import build_slides
+        from workbench.tools.book.slides import build_slides
 
         written = build_slides(args.from_reports, args.out, only=args.only or None)
         print("\n".join(map(str, written)))

@@ -1,4 +1,4 @@
-"""The gradebook of :func:`workbench.tools.grader.grade_class` as files an instructor opens: a CSV with one row per
+"""The gradebook of :func:`workbench.tools.grading.grader.grade_class` as files an instructor opens: a CSV with one row per
 student and item (exercise or prediction: status, the hint the student was shown), a CSV of totals with one row per
 student and one column per exercise, the whole record as JSON, and a plain-text summary for the terminal."""
 

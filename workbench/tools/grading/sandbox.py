@@ -213,7 +213,7 @@ def run(
                    "--bounding-set=-all", "--inh-caps=-all", *command]
     if iso.namespaces:
         keep = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent,
-                Path(__file__).resolve().parents[2]]
+                Path(__file__).resolve().parents[3]]
         script = _mount_script(work, [Path(h).resolve() for h in hide], keep) + "\ncd /tmp\nexec \"$@\""
         command = ["unshare", "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
                    "sh", "-c", script, "sandbox", *command]

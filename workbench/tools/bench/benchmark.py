@@ -17,15 +17,15 @@ Suites:
   (weights materialised, the path that returns them) and ``nn.MultiheadAttention``; peak memory of each.
 * ``train_step`` — one training step (forward, label-smoothed loss, backward, Adam) of each preset vs
   ``nn.Transformer`` of the same sizes, parameter count and dropout placement
-  (:class:`~workbench.tools.rivals.NNTransformer`), as two ratios ours / nn. *As trained*: each side in its usual
+  (:class:`~workbench.tools.bench.rivals.NNTransformer`), as two ratios ours / nn. *As trained*: each side in its usual
   form: ours projects only the real target rows, fused with the loss (:func:`workbench.translation.objective.step_loss`),
   and draws its dropout masks more cheaply on the CPU (:mod:`workbench.translation.kernels`); the reference runs
   ``nn.Dropout`` and projects every position, ignoring padding in the loss. *Model only*
-  (:data:`~workbench.tools.bench_suites.MODEL_ONLY`): our model with ``nn.Dropout`` and the reference's loss, so the
+  (:data:`~workbench.tools.bench.suites.MODEL_ONLY`): our model with ``nn.Dropout`` and the reference's loss, so the
   two differ by the model code alone.
   Analytic TFLOP/s and MFU (where the device's peak is known); peak memory of each.
 * ``capture``    — what the hook points cost when nobody listens: our model vs the same model with its hook points
-  removed (:func:`~workbench.tools.rivals.without_hook_points`), and the price of capturing every pattern.
+  removed (:func:`~workbench.tools.bench.rivals.without_hook_points`), and the price of capturing every pattern.
 * ``decoding``   — greedy and beam-4 decoding with vs without the key/value cache, exactly 40 output tokens
   (the end-of-sentence token is made unreachable), sentences/s.
 * ``e2e``        — end-to-end training tokens/s on real Multi30k batches through :func:`workbench.translation.train.fit`, and the
@@ -50,8 +50,8 @@ from typing import Any
 from workbench.lessons.flops import peak_flops
 from workbench.model.config import PRESETS
 from workbench.runtime import cpu_bf16_units, resolve_device
-from workbench.tools.bench_probes import suite_capture, suite_decoding, suite_e2e, suite_sdpa
-from workbench.tools.bench_suites import (
+from workbench.tools.bench.probes import suite_capture, suite_decoding, suite_e2e, suite_sdpa
+from workbench.tools.bench.suites import (
     MODEL_ONLY,
     SUITES,
     measured_peaks,

@@ -28,7 +28,7 @@ from workbench.errors import BookError
 
 log = logging.getLogger(__name__)
 
-WEB_SRC = Path(__file__).resolve().parents[1] / "web"
+WEB_SRC = Path(__file__).resolve().parents[2] / "web"
 PAGE = "translate"  # the page's name in the book (translate.md -> translate.html)
 EMBED = "_static/translate/embed.html"  # the widget alone, which lessons 09 and 14 show in an iframe
 TITLE = "Translate in your browser"

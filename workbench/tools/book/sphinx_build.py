@@ -14,7 +14,7 @@ from workbench.errors import BookError
 
 
 def _package_on_path() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
 
 
@@ -90,7 +90,7 @@ def sphinx_setup(app: Any) -> dict[str, Any]:
     from sphinx import addnodes
     from sphinx.util import logging as sphinx_logging
 
-    slog = sphinx_logging.getLogger("workbench.tools.book_sphinx")
+    slog = sphinx_logging.getLogger("workbench.tools.book.sphinx_build")
 
     def nb_role(name, rawtext, text, lineno, inliner, options=None, content=None):  # noqa: ANN001 (docutils API)
         title, notebook, heading = parse_nb_target(text)

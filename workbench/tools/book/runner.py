@@ -1,5 +1,5 @@
 """Executing the notebook series: papermill in a prepared kernel environment, HTML reports, an index page, and
-several notebooks side by side (:func:`run_series`). :mod:`workbench.tools.notebooks` describes the report folder
+several notebooks side by side (:func:`run_series`). :mod:`workbench.tools.book.notebooks` describes the report folder
 and finds, copies and checks the notebooks."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import NotebookParameterError
-from workbench.tools.notebooks import (
+from workbench.tools.book.notebooks import (
     absolute_path,
     check_parameters,
     list_notebooks,
@@ -78,7 +78,7 @@ def _kernel_environment(threads: int | None = None, data_dir: str | Path | None 
     * ``threads`` sets OMP_NUM_THREADS / MKL_NUM_THREADS: on a busy machine with few cores, torch's default of one
       thread per core can make the many small operations of a notebook run ten times slower.
     """
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     inherited = [absolute_path(p or ".") for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)] \
         if os.environ.get("PYTHONPATH") else []
     changes = {"PYTHONPATH": os.pathsep.join([root, *inherited])}

@@ -1,4 +1,4 @@
-"""The suites of ``workbench bench`` (:mod:`workbench.tools.benchmark` describes each) and the race they share."""
+"""The suites of ``workbench bench`` (:mod:`workbench.tools.bench.benchmark` describes each) and the race they share."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from workbench.lessons.measure import call_seconds, matmul_peaks, peak_memory
 from workbench.model.attention import MultiHeadAttention
 from workbench.model.masks import to_nn_mask
 from workbench.runtime import PrecisionLike, adam, autocast, choose_precision, cpu_bf16_units
-from workbench.tools.rivals import NNTransformer
+from workbench.tools.bench.rivals import NNTransformer
 from workbench.translation.decode import beam_search
 from workbench.translation.kernels import attention_kernels, use_kernels
 from workbench.translation.train import step_loss

@@ -1,6 +1,6 @@
 """The notebooks as a rendered, offline book: a static site built by Sphinx + myst-nb + sphinx-book-theme.
 
-``workbench book build`` executes the notebook series with :func:`workbench.tools.notebook_runner.run_series` (or reuses the
+``workbench book build`` executes the notebook series with :func:`workbench.tools.book.runner.run_series` (or reuses the
 executed copies of an earlier ``workbench notebooks run`` with ``--from-reports``), turns each executed notebook
 into one page in series order, adds a home page, a concepts page and a models page from ``workbench/book_src/``,
 and runs ``sphinx-build`` with execution switched off. ``workbench book serve`` serves the result over HTTP.
@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import BookError
-from workbench.tools.book_pages import BookPage, Check, closing_checks, pages_from_reports, prepare_notebook
-from workbench.tools.book_sphinx import run_sphinx
+from workbench.tools.book.pages import BookPage, Check, closing_checks, pages_from_reports, prepare_notebook
+from workbench.tools.book.sphinx_build import run_sphinx
 
 log = logging.getLogger(__name__)
 
-BOOK_SRC = Path(__file__).resolve().parents[1] / "book_src"  # conf.py and the hand-written pages
+BOOK_SRC = Path(__file__).resolve().parents[2] / "book_src"  # conf.py and the hand-written pages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,14 +144,14 @@ def write_sources(pages: Sequence[BookPage], src: str | Path, solutions: bool = 
     import nbformat
     import plotly
 
-    from workbench.tools.assign import book_solutions, book_stubs
+    from workbench.tools.book.assign import book_solutions, book_stubs
 
     src = Path(src)
     shutil.copytree(BOOK_SRC, src, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     static = src / "_static"
     static.mkdir(exist_ok=True)
     shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", static / "plotly.min.js")
-    from workbench.tools.translate_page import add_page
+    from workbench.tools.book.translate_page import add_page
 
     translate = add_page(src)  # "Translate in your browser" (None, logged in one line, without Node.js)
     changes: list[str] = []
@@ -208,7 +208,7 @@ def build_book(
         only: notebook numbers or names to include (default: all, in series order).
         from_reports: reuse the executed notebooks of this ``notebooks run`` folder instead of running them.
         reports: where the notebooks are executed (ignored with ``from_reports``).
-        parameters, threads, timeout, jobs: as in :func:`workbench.tools.notebook_runner.run_series` (``jobs=None``, as
+        parameters, threads, timeout, jobs: as in :func:`workbench.tools.book.runner.run_series` (``jobs=None``, as
             the command line passes by default: two notebooks at a time on a machine with two or more cores).
         solutions: show each exercise's solution (collapsed); False shows the student's stub instead
             (``--no-solutions``, for a course's public site).
@@ -219,7 +219,7 @@ def build_book(
     Raises:
         BookError: no executed notebook, Sphinx missing, or the Sphinx build failed.
     """
-    from workbench.tools.notebook_runner import run_series
+    from workbench.tools.book.runner import run_series
 
     out = Path(out).expanduser().resolve()
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""One executed notebook as one page of the book (:mod:`workbench.tools.book` builds the whole book).
+"""One executed notebook as one page of the book (:mod:`workbench.tools.book.build` builds the whole book).
 
 :func:`pages_from_reports` finds the executed notebooks of a ``notebooks run`` folder; :func:`prepare_notebook`
 makes one ready for Sphinx: its outputs made offline (:func:`offline_notebook`: plotly figures redrawn from their
@@ -70,7 +70,7 @@ def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = N
     import nbformat
 
     from workbench.errors import NotebookParameterError
-    from workbench.tools.notebooks import select_notebooks
+    from workbench.tools.book.notebooks import select_notebooks
 
     folder = Path(reports).expanduser()
     found = sorted(p for p in folder.glob("*/*.ipynb") if p.stem == p.parent.name and NOTEBOOK_NAME.match(p.stem))

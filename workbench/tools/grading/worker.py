@@ -1,6 +1,6 @@
-"""The grader's worker: the only place where a student's code runs, always inside :mod:`workbench.tools.sandbox`.
+"""The grader's worker: the only place where a student's code runs, always inside :mod:`workbench.tools.grading.sandbox`.
 
-``python -m workbench.tools.grade_worker JOB.json`` reads its job (written by :mod:`workbench.tools.grader`) and
+``python -m workbench.tools.grading.worker JOB.json`` reads its job (written by :mod:`workbench.tools.grading.grader`) and
 
 * ``"mode": "checks"``: executes the student's extracted definitions (imports, functions, classes, literal
   constants; nothing else) statement by statement in a fresh namespace, then calls
@@ -52,7 +52,7 @@ def run_checks(job: dict[str, Any], folder: Path) -> None:
 
 
 def run_notebook(job: dict[str, Any], folder: Path) -> None:
-    from workbench.tools.notebook_runner import run_notebook as execute
+    from workbench.tools.book.runner import run_notebook as execute
 
     result = execute(folder / job["notebook"], folder / "run", smoke=job["smoke"], html_report=False, threads=1,
                      quiet=True)

@@ -19,7 +19,7 @@ assignment keeps its left side: ``x = ...``), a line ending in ``# SOLUTION NO P
 ``# BEGIN PROMPT`` and ``# END PROMPT`` (a string in the master, so inert there) become code. The checks are kept.
 :func:`copy_student` writes the ``.ipynb`` and its paired jupytext ``.py`` stripped the same way, outputs removed.
 
-:mod:`workbench.tools.grader` grades a class of copies (in a sandbox, judging in its own process).
+:mod:`workbench.tools.grading.grader` grades a class of copies (in a sandbox, judging in its own process).
 """
 
 from __future__ import annotations
@@ -171,12 +171,12 @@ def write_student_copy(source: Path, destination: Path) -> None:
 def copy_student(target: str | Path, **options: Any) -> list[Path]:
     """Write student versions of the notebooks into ``target``: each ``.ipynb`` and its jupytext ``.py`` with the
     solutions replaced by their stubs (:func:`strip_solutions`), the checks kept. The folder, the choice of notebooks
-    (``only``, ``directory``) and ``force`` work as in :func:`workbench.tools.notebooks.copy_notebooks`, which does
+    (``only``, ``directory``) and ``force`` work as in :func:`workbench.tools.book.notebooks.copy_notebooks`, which does
     the copying with :func:`write_student_copy`.
 
     Raises:
-        NotebookCopyError: as :func:`workbench.tools.notebooks.copy_notebooks` (files in the way without ``force``).
+        NotebookCopyError: as :func:`workbench.tools.book.notebooks.copy_notebooks` (files in the way without ``force``).
     """
-    from workbench.tools.notebooks import copy_notebooks
+    from workbench.tools.book.notebooks import copy_notebooks
 
     return copy_notebooks(target, write=write_student_copy, **options)

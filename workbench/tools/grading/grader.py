@@ -2,9 +2,9 @@
 
 **Grading executes student code.** For each student notebook the grader
 
-1. reads it without running it (:mod:`workbench.tools.submission`): the ``.ipynb`` or its newer ``.py`` twin; the
+1. reads it without running it (:mod:`workbench.tools.grading.submission`): the ``.ipynb`` or its newer ``.py`` twin; the
    definitions of the exercise cells, the notebook's imports, the predictions of the answer cells;
-2. runs :mod:`workbench.tools.grade_worker` in a sandbox (:mod:`workbench.tools.sandbox`: own folder, allow-listed
+2. runs :mod:`workbench.tools.grading.worker` in a sandbox (:mod:`workbench.tools.grading.sandbox`: own folder, allow-listed
    environment, resource limits, time-out, and on Linux no network, own PID and mount namespaces and an
    unprivileged user id) which executes those definitions and records what each exercise's function returns on
    the check's inputs (:func:`workbench.lessons.exercises.observe`);
@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import NotebookParameterError
-from workbench.tools import sandbox
-from workbench.tools.submission import Submission, extract, notebook_names, read_submission
+from workbench.tools.grading import sandbox
+from workbench.tools.grading.submission import Submission, extract, notebook_names, read_submission
 
 NOT_RUN, MISSING = "not run", "missing"
 OBSERVATION_BYTES = 64 * 2**20  # an observation file larger than this is not loaded
 JUDGE_LOCK = threading.Lock()  # judge() draws the cases from torch's global random stream: one at a time
 STARTUP_SECONDS = 60.0  # allowed to a worker to start (import torch and the package) before its first exercise
-WORKER = [sys.executable, "-m", "workbench.tools.grade_worker"]  # the worker's command; its job file is appended
+WORKER = [sys.executable, "-m", "workbench.tools.grading.worker"]  # the worker's command; its job file is appended
 
 
 @dataclasses.dataclass(frozen=True)

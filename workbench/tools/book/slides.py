@@ -1,11 +1,11 @@
 """Each lesson as an offline slide deck for the lecture before the lab, made from the book's own material.
 
-    python -m workbench.tools.slides --from-reports reports --out slides [--only 04]
+    python -m workbench.tools.book.slides --from-reports reports --out slides [--only 04]
 
 One HTML file per executed lesson (``slides/NN_name.html``), beside ``plotly.min.js`` copied from the installed
 plotly: a title slide with the lesson's objectives and lab time (the instructor layer,
 :mod:`workbench.lessons.course`), one slide per figure the lesson drew (interactive, drawn from the executed
-notebook's data by :func:`workbench.tools.book_pages.offline_notebook`, so nothing loads from the network), and a
+notebook's data by :func:`workbench.tools.book.pages.offline_notebook`, so nothing loads from the network), and a
 last slide with the lesson's closing checks and whether each held. Slides are full-window sections with CSS scroll
 snapping: PageDown, the arrow keys or the wheel go from one to the next, and printing gives one slide per page.
 """
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.tools.book_pages import BookPage, closing_checks, offline_notebook, pages_from_reports
+from workbench.tools.book.pages import BookPage, closing_checks, offline_notebook, pages_from_reports
 
 STYLE = """
 html { scroll-snap-type: y mandatory; }

@@ -22,7 +22,7 @@ caller's working directory before the kernel starts.
 papermill only *warns* about a parameter the notebook does not declare; :func:`check_parameters` refuses it
 (suggesting the closest name) and refuses values whose type does not match the declared annotation.
 
-This module finds, copies and checks the notebooks; :mod:`workbench.tools.notebook_runner` executes them.
+This module finds, copies and checks the notebooks; :mod:`workbench.tools.book.runner` executes them.
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ def packaged_notebooks_dir() -> Path:
     In the repository the notebooks live in ``notebooks/`` (where they are edited); the wheel carries that folder
     as ``workbench/notebook_files/``, so an installed package runs them without the source tree.
     """
-    return Path(__file__).resolve().parents[1] / PACKAGED_DIR
+    return Path(__file__).resolve().parents[2] / PACKAGED_DIR
 
 
-def _checkout_notebooks_dir(package_file: str | Path = Path(__file__).parents[1] / "__init__.py") -> Path | None:
+def _checkout_notebooks_dir(package_file: str | Path = Path(__file__).parents[2] / "__init__.py") -> Path | None:
     """``notebooks/`` of the source checkout the package runs from (editable install or PYTHONPATH), else None
     (a plain ``pip install``: the package sits in site-packages, where no ``pyproject.toml`` stands beside it).
 
@@ -138,7 +138,7 @@ def copy_notebooks(
         force: overwrite files of the same names already in ``target``.
         directory: where to copy from (default: see :func:`notebooks_dir`).
         write: how one file is written, ``write(source, destination)`` (default: its contents copied as they are;
-            :func:`workbench.tools.assign.copy_student` passes one that strips the exercise solutions).
+            :func:`workbench.tools.book.assign.copy_student` passes one that strips the exercise solutions).
 
     Returns:
         The files written, in order.

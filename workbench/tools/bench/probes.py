@@ -1,7 +1,7 @@
-"""The suites of ``workbench bench`` that probe one property each (:mod:`workbench.tools.benchmark` describes them):
+"""The suites of ``workbench bench`` that probe one property each (:mod:`workbench.tools.bench.benchmark` describes them):
 what the hook points cost (``capture``), the key/value cache in decoding (``decoding``), end-to-end training
 tokens/s (``e2e``) and which SDPA kernels run (``sdpa``). The training-step and attention races are
-:mod:`workbench.tools.bench_suites`."""
+:mod:`workbench.tools.bench.suites`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from torch import nn
 
 import workbench as wb
 from workbench.runtime import autocast
-from workbench.tools.bench_suites import MIN_ROUNDS, no_eos, race, random_batch
-from workbench.tools.rivals import NNTransformer, without_hook_points
+from workbench.tools.bench.rivals import NNTransformer, without_hook_points
+from workbench.tools.bench.suites import MIN_ROUNDS, no_eos, race, random_batch
 from workbench.translation.decode import beam_search, greedy_decode
 
 
@@ -162,7 +162,7 @@ def e2e_precision_race(device: torch.device, tokenizer: Any, pairs: list[tuple[s
     ``pairs`` through ``fit``, in every format :func:`bench_precisions` races on ``device`` (fp32 and bf16 on a CPU
     with bf16 units), ``rounds`` passes each, the order alternating (fp32, bf16, bf16, fp32, ...); every pass starts
     from the same initial weights. Reports each pass's tokens/s and the median bf16/fp32 speed-up of the tokens/s."""
-    from workbench.tools.bench_suites import bench_precisions
+    from workbench.tools.bench.suites import bench_precisions
     from workbench.translation.run import recipe
     from workbench.translation.train import fit
 

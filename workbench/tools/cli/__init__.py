@@ -1,0 +1,1 @@
+"""The ``workbench`` command line: the commands (``main``), the course commands, the run options."""

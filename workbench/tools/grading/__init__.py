@@ -1,0 +1,1 @@
+"""Grading a class: reading submissions, running each in a sandbox, the gradebook."""
