@@ -179,12 +179,17 @@ def write_sources(pages: Sequence[BookPage], src: str | Path, solutions: bool = 
     return changes
 
 
+def _check_out(out: Path) -> None:
+    """Refuse an ``--out`` that is a file or a folder holding anything but an earlier book (Sphinx's ``.buildinfo``)."""
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / ".buildinfo").exists())):
+        raise BookError(f"{out} exists and is not a book built earlier: choose an empty or new --out folder")
+
+
 def _clear_out(out: Path) -> None:
     """Remove an earlier book (a folder with Sphinx's ``.buildinfo``); refuse to touch any other folder."""
     if not out.exists():
         return
-    if not out.is_dir() or (any(out.iterdir()) and not (out / ".buildinfo").exists()):
-        raise BookError(f"{out} exists and is not a book built earlier: choose an empty or new --out folder")
+    _check_out(out)
     shutil.rmtree(out)
 
 
@@ -222,6 +227,7 @@ def build_book(
     from workbench.tools.book.runner import run_series
 
     out = Path(out).expanduser().resolve()
+    _check_out(out)  # before the notebooks run: a wrong --out is refused at once, not after the whole series
     t0 = time.perf_counter()
     if from_reports is not None:
         if smoke or parameters:
