@@ -42,3 +42,14 @@ def test_an_earlier_book_or_an_empty_folder_passes_the_check(tmp_path, no_series
     for out in (earlier, empty, tmp_path / "new"):
         with pytest.raises(AssertionError, match="notebooks ran"):  # past the check, into the series
             build.build_book(out=out, smoke=True, reports=tmp_path / "reports")
+
+
+def test_notebooks_run_refuses_a_file_as_out(tmp_path):
+    from workbench.errors import NotebookParameterError
+    from workbench.tools.book.runner import run_series
+
+    target = tmp_path / "f.txt"
+    target.write_text("keep", encoding="utf-8")
+    with pytest.raises(NotebookParameterError, match="is a file, not a folder"):
+        run_series(out_dir=target, smoke=True, only=["02"])
+    assert target.read_text(encoding="utf-8") == "keep"

@@ -37,8 +37,8 @@ QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 # seconds each notebook of the series took at default parameters, two at a time with one thread each, on an idle
 # 2-core CPU (bench/results/book/full-jobs2-9beb237.json); only the order in which side-by-side runs start uses them
-DEFAULT_SECONDS = {"01": 157, "02": 8, "03": 6, "04": 39, "05": 7, "06": 30, "07": 19, "08": 474, "09": 50, "10": 10,
-                   "11": 243, "12": 200, "13": 150}  # 13: an estimate (not yet in a timed book run)
+DEFAULT_SECONDS = {"01": 157, "02": 8, "03": 6, "04": 39, "05": 7, "06": 30, "07": 19, "09": 474, "10": 50, "11": 10,
+                   "12": 243, "13": 200, "14": 100, "15": 110}  # 14, 15: estimates (not yet in a timed book run)
 
 
 def kernel_name_for_this_python(preferred: str = "python3") -> str:
@@ -302,6 +302,8 @@ def run_series(
     from tqdm.auto import tqdm
 
     out = Path(absolute_path(out_dir))  # resolved here, where the caller stands
+    if out.exists() and not out.is_dir():
+        raise NotebookParameterError(f"--out {out} is a file, not a folder: choose a folder for the reports")
     notebooks = select_notebooks(list_notebooks(directory), only)
     declared = {p: notebook_parameters(p) for p in notebooks}
     parameters = dict(parameters or {})
