@@ -453,6 +453,28 @@ def test_model_only_rival_draws_dropout_and_takes_the_loss_as_the_reference_does
     assert dropout_ops("ours") < ref
 
 
+def test_user_loop_rival_is_use_kernels_with_the_stock_loss():
+    """The user-loop ratio times what a loop of one's own over ``wb.build_model`` gets from ``wb.use_kernels``: the
+    cheap dropout masks (no torch dropout op, as ours as trained) with the reference's stock loss over every position
+    (torch's cross-entropy, which ours as trained does not call: it fuses the projection with its own loss)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    cfg = wb.preset("tiny", dropout=0.1)
+    src, tgt = random_batch(300, 8, 9, 8, torch.device("cpu"))
+    _, _, fns = bench_suites.train_step_pair(cfg, 300, src, tgt, torch.device("cpu"))
+
+    def ops(name: str, keys: tuple[str, ...]) -> int:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fns[name]()
+        return sum(e.count for e in prof.key_averages() if e.key in keys)
+
+    dropout, loss = ("aten::dropout", "aten::native_dropout"), ("aten::cross_entropy_loss",)
+    assert ops(bench_suites.USER_LOOP, dropout) == 0 < ops("nn.Transformer", dropout)
+    assert ops(bench_suites.USER_LOOP, loss) == ops("nn.Transformer", loss) > 0
+    assert ops("ours", loss) == 0
+
+
 def _steps_report(steps: int, rho: dict[str, float], heads: list, error: float, sentences: int = 60) -> dict:
     ig = "spearman/integrated_gradients"
     return {"sentences": sentences, "seed": 0, "split": "test_2016_flickr", "ig_steps": steps, "command": ["x"],

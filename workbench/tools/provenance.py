@@ -121,3 +121,20 @@ def write_report(report: Mapping[str, Any], path: str | Path | None = None) -> s
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
     return text
+
+
+# a 1-minute load average above this, beside the run's own threads, means other work shared the machine: the project's
+# machine has 2 CPUs, where 1.5 leaves less than one core to a benchmark's two threads
+CONTENDED_LOAD = 1.5
+
+
+def contended(load_start: list[float] | None, load_end: list[float] | None = None, threads: int | None = None,
+              cpu_count: int | None = None) -> bool | None:
+    """Whether other work loaded the machine during a run, from the load averages recorded at its start and end
+    (``os.getloadavg()``): the 1-minute figure above :data:`CONTENDED_LOAD` (scaled to ``cpu_count`` / 2 CPUs) at the
+    start, or at the end once the run's own ``threads`` are taken off. None where no load was recorded."""
+    if not load_start:
+        return None
+    limit = CONTENDED_LOAD * max(cpu_count or 2, 2) / 2
+    own = threads or 1
+    return load_start[0] > limit or (bool(load_end) and load_end[0] - own > limit)

@@ -145,6 +145,8 @@ def random_batch(vocab: int, B: int, S: int, T: int, device: torch.device) -> tu
 
 
 MODEL_ONLY = "ours, model only"  # the train_step rival that differs from the reference by the model code alone
+# a user's own loop: wb.use_kernels on wb.build_model's model (the documented call) and the reference's stock loss
+USER_LOOP = "ours, user loop"
 
 
 def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: torch.Tensor,
@@ -177,8 +179,11 @@ def train_step_pair(cfg: wb.ModelConfig, vocab: int, src: torch.Tensor, tgt: tor
     # model only: our model with torch's own dropout (nn.Dropout, as the reference) and the reference's stock loss,
     # so the two sides differ by the model code alone (same sizes, same loss, same dropout kernel)
     plain = wb.build_model(cfg, vocab, vocab).to(device).train()
+    # a user's loop: the fast kernels turned on with the one documented call, the loss the user would write
+    user = use_kernels(wb.build_model(cfg, vocab, vocab)).to(device).train()
     fns = {"ours": _step_fn(ours, ours_loss, device, precision), "nn.Transformer": _step_fn(ref, ref_loss, device, precision),
-           MODEL_ONLY: _step_fn(plain, lambda: stock_loss(plain), device, precision)}
+           MODEL_ONLY: _step_fn(plain, lambda: stock_loss(plain), device, precision),
+           USER_LOOP: _step_fn(user, lambda: stock_loss(user), device, precision)}
     if compiled:
         ours_c, ref_c = losses(torch.compile(ours), torch.compile(ref))
         fns["ours compiled"] = _step_fn(ours, ours_c, device, precision)
@@ -219,7 +224,8 @@ def suite_train_step(device: torch.device, quick: bool, presets: list[str] | Non
         # the base preset on a CPU takes seconds a step: the minimum number of rounds there
         raced = race(fns, rounds if name != "base" or device.type == "cuda" else MIN_ROUNDS, device)
         med = raced["median_s"]
-        best_ours = min((k for k in med if k.startswith("ours") and k != MODEL_ONLY), key=med.__getitem__)
+        best_ours = min((k for k in med if k.startswith("ours") and k not in (MODEL_ONLY, USER_LOOP)),
+                        key=med.__getitem__)
         best_ref = min((k for k in med if k.startswith("nn.Transformer")), key=med.__getitem__)
         mem = {k: peak_memory(fns[k], device) for k in ("ours", "nn.Transformer")}
         n_real = int((tgt[:, 1:] != 0).sum())
@@ -237,6 +243,8 @@ def suite_train_step(device: torch.device, quick: bool, presets: list[str] | Non
             "ratio_eager": med["ours"] / med["nn.Transformer"],
             # model only: the same stock loss and nn.Dropout on both sides, eager, so only the model code differs
             "ratio_model_only": med[MODEL_ONLY] / med["nn.Transformer"],
+            # a user's loop: wb.use_kernels(wb.build_model(...)) and the stock loss, eager
+            "ratio_user_loop": med[USER_LOOP] / med["nn.Transformer"],
             "ours_tflops_per_s": flops / med[best_ours] / 1e12,
             "ours_mfu": None if peak is None else flops / med[best_ours] / peak,
             "peak_mib": {k: (None if v is None else v / 2**20) for k, v in mem.items()},
