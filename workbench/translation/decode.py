@@ -65,32 +65,48 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
         limits = _step_limits(model, src, max_extra, max_len)  # (B,)
-        step = _Stepper(model, memory, src_mask, use_cache)
-        B, T = src.shape[0], int(limits.max())
-        # a finished sentence leaves the batch (as in beam_search); on_step sees every sentence at every step
-        shrink = on_step is None
-        alive = torch.arange(B, device=src.device)  # (b,) the sentences still decoded
-        result = torch.full((B, T), model.pad_id, dtype=torch.long, device=src.device)
-        out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        B, T, device = src.shape[0], int(limits.max()), src.device
+        step = _Stepper(model, memory, src_mask, use_cache, capacity=T)
+        # a finished sentence leaves the batch (as in beam_search) on the CPU; on_step sees every sentence at
+        # every step, and an accelerator keeps the batch's shape (see drops_rows)
+        shrink = on_step is None and drops_rows(device)
+        alive = list(range(B))  # the sentences still decoded
+        result = torch.full((B, T), model.pad_id, dtype=torch.long, device=device)
+        out = torch.full((B, T + 1), model.pad_id, dtype=torch.long, device=device)  # (b, T + 1) bos, then tokens
+        out[:, 0] = bos_id
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        eos, pad = torch.tensor(eos_id, device=device), torch.tensor(model.pad_id, device=device)
         for t in range(T):
-            logits = step(out)  # (b, V)
+            logits = step(out[:, : t + 1])  # (b, V)
             nxt = logits.float().argmax(-1)  # the same first maximum; torch's CPU argmax is several times slower on bf16
-            nxt = torch.where(t + 1 >= limits, torch.full_like(nxt, eos_id), nxt)  # out of budget: end it
-            nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
-            out = torch.cat([out, nxt[:, None]], dim=1)
+            nxt = torch.where(t + 1 >= limits, eos, nxt)  # out of budget: end it
+            nxt = torch.where(done, pad, nxt)
+            out[:, t + 1] = nxt
             if on_step is not None:
                 on_step(t, logits, nxt)
             done |= nxt == eos_id
-            if bool(done.all()):
+            # the step's one host synchronisation: may the search stop (and, on the CPU, which sentences ended)
+            if not shrink:
+                if bool(done.all()):
+                    break
+                continue
+            finished = done.tolist()
+            if all(finished):
                 break
-            rows = (~done).nonzero().squeeze(1) if shrink and bool(done.any()) else None  # (b',) decoded on
-            if rows is not None and _fewer_rows_alike(memory, done.shape[0], rows):
-                result[alive[done], : t + 1] = out[done, 1:]
+            if not any(finished):
+                continue
+            keep = [i for i, f in enumerate(finished) if not f]
+            rows = torch.tensor(keep, device=device)  # (b',) decoded on
+            if _fewer_rows_alike(memory, len(finished), rows):
+                gone = [i for i, f in enumerate(finished) if f]
+                result[torch.tensor([alive[i] for i in gone], device=device), : t + 1] = out[
+                    torch.tensor(gone, device=device), 1 : t + 2]
                 step.reorder(rows)
-                out, limits, alive, done = out[rows], limits[rows], alive[rows], done[rows]
-        result[alive, : out.shape[1] - 1] = out[:, 1:]
-        return result[:, : out.shape[1] - 1]
+                out, limits, done = out.index_select(0, rows), limits.index_select(0, rows), done.index_select(0, rows)
+                alive = [alive[i] for i in keep]
+        n = t + 1  # steps taken
+        result[torch.tensor(alive, device=device), :n] = out[:, 1 : n + 1]
+        return result[:, :n]
 
 
 @torch.no_grad()
@@ -145,32 +161,36 @@ def beam_search(
         src_mask = model.src_mask(src)
         memory = model.encode(src, src_mask)
         limits = _step_limits(model, src, max_extra, max_len).repeat_interleave(K)  # (B*K,)
+        T = int(limits.max())
         expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) each sentence's row, K times
         # step 0: the K beams of a sentence all hold bos, so each sentence is fed once and its state copied K times
         # afterwards (K times fewer rows, and the memory's cross-attention keys/values projected once per sentence)
         fold = _fewer_rows_alike(memory, B * K, torch.arange(0, B * K, K, device=device))
-        step = (_Stepper(model, memory, src_mask, use_cache) if fold
-                else _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache))
-        # a sentence whose search has stopped leaves the batch (its rows would only extend with padding); tracing
-        # (on_step) sees every sentence at every step
-        shrink = on_step is None
-        alive = torch.arange(B, device=device)  # (b,) the sentences still searched, b <= B
+        step = (_Stepper(model, memory, src_mask, use_cache, capacity=T) if fold
+                else _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache,
+                              capacity=T))
+        # a sentence whose search has stopped leaves the batch on the CPU (its rows would only extend with
+        # padding); an accelerator keeps the batch's shape (drops_rows), and tracing (on_step) sees every sentence
+        # at every step
+        shrink = on_step is None and drops_rows(device)
+        alive = list(range(B))  # the sentences still searched, b <= B
         best_seqs: list[Tensor | None] = [None] * B  # each stopped sentence's best hypothesis (bos first)
         best_scores = torch.zeros(B, device=device)  # and its normalised score
-        seqs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
+        seqs = torch.full((B * K, T + 1), model.pad_id, dtype=torch.long, device=device)  # (b*K, T + 1)
+        seqs[:, 0] = bos_id
         scores = torch.zeros(B, K, device=device)
         scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at first
         scores = scores.view(-1)  # (B*K,)
         lengths = torch.zeros(B * K, dtype=torch.long, device=device)
         done = torch.zeros(B * K, dtype=torch.bool, device=device)
-        for t in range(int(limits.max())):
-            b = alive.shape[0]
+        for t in range(T):
+            b = len(alive)
             if t == 0 and fold:
-                logits = step(seqs[::K])  # (B, V) one row per sentence
+                logits = step(seqs[::K, :1])  # (B, V) one row per sentence
                 step.reorder(expand)  # memory, mask and caches: (B, ...) -> (B*K, ...)
                 logits = logits.index_select(0, expand)  # (B*K, V)
             else:
-                logits = step(seqs)  # (b*K, V)
+                logits = step(seqs[:, : t + 1])  # (b*K, V)
             logp = torch.log_softmax(logits.float(), dim=-1)  # (b*K, V)
             Vt = logp.shape[-1]
             over = t + 1 >= limits
@@ -180,19 +200,22 @@ def beam_search(
             if t == 0:  # a beam that must end (budget spent) extends with eos, a finished one with padding, at no cost
                 only = torch.full_like(row_top[:1], float("-inf"))
                 only[:, 0] = 0.0
-            if bool(over.any()):
-                row_top[over], row_token[over] = only, eos_id
-            if bool(done.any()):
-                row_top[done], row_token[done] = only, model.pad_id
+            # selected with torch.where, not by boolean indexing (which asks the host how many rows are selected)
+            row_top = torch.where(over[:, None], only, row_top)
+            row_token = torch.where(over[:, None], eos_id, row_token)
+            row_top = torch.where(done[:, None], only, row_top)
+            row_token = torch.where(done[:, None], model.pad_id, row_token)
             top, pick = (scores[:, None] + row_top).view(b, K * K).topk(K, dim=-1)  # (b, K)
             origin = (pick // K + torch.arange(b, device=device)[:, None] * K).view(-1)  # (b*K,) source beam rows
             token = row_token.view(b, K * K).gather(1, pick).view(-1)
             if on_step is not None:  # the trace reports every extension the selection ranked from, (b, K*V)
-                logp[over] = torch.where(torch.arange(Vt, device=device) == eos_id, 0.0, float("-inf"))
-                logp[done] = torch.where(torch.arange(Vt, device=device) == model.pad_id, 0.0, float("-inf"))
+                vocab = torch.arange(Vt, device=device)
+                logp = torch.where(over[:, None], torch.where(vocab == eos_id, 0.0, float("-inf")), logp)
+                logp = torch.where(done[:, None], torch.where(vocab == model.pad_id, 0.0, float("-inf")), logp)
                 cand = (scores[:, None] + logp).view(b, K * Vt)
             step.reorder_beams(origin)  # each row's origin is a beam of its own sentence
-            seqs = torch.cat([seqs.index_select(0, origin), token[:, None]], dim=1)
+            seqs[:, : t + 1] = seqs[:, : t + 1].index_select(0, origin)  # the right side is a copy: no aliasing
+            seqs[:, t + 1] = token
             was_done = done.index_select(0, origin)
             lengths = lengths.index_select(0, origin) + (~was_done).long()
             done = was_done | (token == eos_id)
@@ -207,23 +230,44 @@ def beam_search(
                 on_step({"candidates": cand, "origin": origin, "token": token, "scores": scores, "lengths": lengths,
                          "done": done, "limits": limits})
             stopped = done.view(b, K).all(-1)  # (b,)
-            if bool(stopped.all()):
+            # the step's one host synchronisation: may the search stop (and, on the CPU, which sentences stopped)
+            if not shrink:
+                if bool(stopped.all()):
+                    break
+                continue
+            ended = stopped.tolist()
+            if all(ended):
                 break
-            # (b'*K,) the rows searched on
-            rows = (~stopped).repeat_interleave(K).nonzero().squeeze(1) if shrink and bool(stopped.any()) else None
-            if rows is not None and _fewer_rows_alike(memory, b * K, rows):
-                _keep_best(best_seqs, best_scores, alive[stopped], seqs.view(b, K, -1)[stopped],
-                           (scores / length_penalty(lengths, alpha)).view(b, K)[stopped])
+            if not any(ended):
+                continue
+            keep = [i for i, e in enumerate(ended) if not e]
+            rows = torch.tensor([i * K + j for i in keep for j in range(K)], device=device)  # (b'*K,) searched on
+            if _fewer_rows_alike(memory, b * K, rows):
+                gone = [i for i, e in enumerate(ended) if e]
+                at = torch.tensor(gone, device=device)
+                _keep_best(best_seqs, best_scores, [alive[i] for i in gone], seqs[:, : t + 2].view(b, K, -1)[at],
+                           (scores / length_penalty(lengths, alpha)).view(b, K)[at])
                 step.reorder(rows)
                 seqs, scores, lengths, done, limits = (x.index_select(0, rows) for x in (seqs, scores, lengths, done,
                                                                                           limits))
-                alive = alive[~stopped]
-        b = alive.shape[0]
-        _keep_best(best_seqs, best_scores, alive, seqs.view(b, K, -1), (scores / length_penalty(lengths, alpha)).view(b, K))
-        result = torch.full((B, seqs.shape[1] - 1), model.pad_id, dtype=torch.long, device=device)  # (B, T)
-        for i, row in enumerate(best_seqs):
-            result[i, : row.shape[0] - 1] = row[1:]
+                alive = [alive[i] for i in keep]
+        b, width = len(alive), t + 2  # bos and the tokens of the steps taken
+        final = _keep_best(best_seqs, best_scores, alive, seqs[:, :width].view(b, K, -1),
+                           (scores / length_penalty(lengths, alpha)).view(b, K))
+        if b == B:  # no sentence left early (always so on an accelerator): the hypotheses as one tensor
+            result = final[:, 1:]  # (B, T)
+        else:
+            result = torch.full((B, width - 1), model.pad_id, dtype=torch.long, device=device)  # (B, T)
+            for i, row in enumerate(best_seqs):
+                result[i, : row.shape[0] - 1] = row[1:]
         return (result, best_scores) if return_scores else result
+
+
+def drops_rows(device: torch.device) -> bool:
+    """Whether the searches drop stopped sentences from the batch on ``device``: on the CPU, where fewer rows are
+    less work (and where :func:`rows_round_alike` finds it changes no score). An accelerator keeps the batch's shape:
+    the rows cost it little, and a fixed shape asks the host nothing more than whether to stop."""
+    return device.type == "cpu"
 
 
 # Searches feed fewer rows (drop stopped sentences, fold step 0) only where a matrix product rounds each row as in the
@@ -236,17 +280,22 @@ def _fewer_rows_alike(like: Tensor, rows: int, keep: Tensor) -> bool:
     return keep.shape[0] >= _SAME_ROUNDING_ROWS and rows_round_alike(like, rows, keep)
 
 
-def _keep_best(best_seqs: list[Tensor | None], best_scores: Tensor, sentences: Tensor, seqs: Tensor,
-               normalised: Tensor) -> None:
-    """Store the best hypothesis of each stopped sentence (ranked by log P / lp, as at the end of the search).
+def _keep_best(best_seqs: list[Tensor | None], best_scores: Tensor, sentences: list[int], seqs: Tensor,
+               normalised: Tensor) -> Tensor:
+    """Store the best hypothesis of each stopped sentence (ranked by log P / lp, as at the end of the search), and
+    return them (copies, not views of the search's buffers). Asks the host nothing.
 
     Shapes:
-        sentences (n,) indices into the batch, seqs (n, K, t) their hypotheses, normalised (n, K) their scores
+        sentences: n indices into the batch, seqs (n, K, t) their hypotheses, normalised (n, K) their scores
+        -> (n, t)
     """
     best = normalised.argmax(-1)  # (n,)
-    for j, i in enumerate(sentences.tolist()):
-        best_seqs[i] = seqs[j, best[j]]
-    best_scores[sentences] = normalised.gather(1, best[:, None]).squeeze(1)
+    picked = seqs[torch.arange(seqs.shape[0], device=seqs.device), best]  # (n, t) a copy
+    for j, i in enumerate(sentences):
+        best_seqs[i] = picked[j]
+    at = torch.tensor(sentences, device=best_scores.device)
+    best_scores[at] = normalised.gather(1, best[:, None]).squeeze(1)
+    return picked
 
 
 _NEG = -1.0e9  # "impossible" as transformers writes it (a finite number, so sums stay ordered)
@@ -270,8 +319,8 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
     memory = model.encode(src, src_mask)
     limits = _step_limits(model, src, max_extra, max_len)  # (B,)
     expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
-    step = _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache)
     T = int(limits.max())
+    step = _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache, capacity=T)
     seqs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
     running = torch.full((B, K), _NEG, device=device)
     running[:, 0] = 0.0  # all beams start identical: keep one alive at first
@@ -314,10 +363,51 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
         best_possible = running[:, 0] / length_penalty(limits, alpha)  # (B,)
         worst = torch.where(store_real, store_scores.min(-1, keepdim=True).values, _NEG)  # (B, K)
         active &= (best_possible[:, None] > worst).any(-1)
-        if not bool(active.any()) or bool(over.all()):
+        if bool(~active.any() | over.all()):  # the step's one host synchronisation
             break
     result = store[:, 0, : max(int(store_len[:, 0].max()), 1)]  # (B, T) the best finished hypothesis
     return (result, store_scores[:, 0]) if return_scores else result
+
+
+def decode_token_budget(device: str | torch.device, model: Seq2Seq | None = None, beam: int = DECODING.beam,
+                        memory_bytes: int | None = None) -> int | None:
+    """The token budget of a decoding batch on ``device`` (source tokens times beam, padding included), or None for
+    batches of a fixed number of sentences (the CPU's: a CPU gains nothing from wider batches).
+
+    On CUDA a decoding step is launch-bound at the CPU's batch of 64 sentences: a batch as wide as memory allows
+    spends the same launches on many more sentences. The budget keeps what one batch holds (the decoder's key/value
+    caches over source and output, the step's logits in fp32) within an eighth of the device's memory, and at most
+    2^18 tokens. ``memory_bytes`` stands in for the device's total memory (tests).
+    """
+    device = torch.device(device)
+    if device.type != "cuda" and memory_bytes is None:
+        return None
+    total = memory_bytes if memory_bytes is not None else torch.cuda.get_device_properties(device).total_memory
+    cfg = getattr(model, "cfg", None)
+    d_model, layers = getattr(cfg, "d_model", 512), getattr(cfg, "n_dec_layers", 6)
+    vocab = getattr(model, "tgt_vocab_size", 32000) or 32000
+    # per source token and beam: the cross-attention keys and values (2 * d_model a layer), a self-attention cache
+    # of the output budget (about twice the source: 2 * 2 * d_model a layer), the memory itself, and a share of the
+    # (rows, V) fp32 logits (a row per sentence and beam; sentences average about 12 tokens on Multi30k)
+    per_token = 4 * (layers * 6 * d_model + d_model + vocab // 12)
+    return int(max(4096, min(1 << 18, total // 8 // per_token)))
+
+
+def token_budget_batches(lengths: Sequence[int], max_tokens: int, beam: int, items: Sequence[int]) -> list[list[int]]:
+    """Cut ``items`` (sorted by their ``lengths``, ascending) into consecutive batches whose padded size,
+    ``rows * longest * beam``, stays within ``max_tokens`` (a batch holds at least one item)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for item, n in zip(items, lengths, strict=True):
+        if current and (len(current) + 1) * max(longest, n) * beam > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(item)
+        longest = max(longest, n)
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _trim(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
@@ -380,6 +470,7 @@ def translate(
     use_cache: bool = True,
     progress: bool = False,
     precision: PrecisionLike = "fp32",
+    max_tokens: int | None = None,
 ) -> list[str]:
     """Translate sentences (detokenized text in, detokenized text out), in length-sorted batches.
 
@@ -389,6 +480,10 @@ def translate(
 
     Args:
         beam: 1 for greedy search, else beam search with length penalty ``alpha``.
+        batch_size: sentences per batch, where no token budget is set.
+        max_tokens: a token budget per batch instead (source tokens times beam, padding included); None takes
+            :func:`decode_token_budget`'s for the device (on CUDA, sized from its memory; on a CPU none, so
+            batches of ``batch_size``).
         precision: ``"fp32"`` (the default: the figures the lessons show), ``"bf16"`` (autocast; an error on a CPU
             without bf16 matrix units), ``"auto"`` (bf16 on CUDA; on a CPU with bf16 units only where a probe, this
             decoding on the first batch's first sentences for a few steps, measures it faster), or a resolved
@@ -409,7 +504,9 @@ def translate(
             f"({len(too_long)} such sentence(s)): split it into shorter sentences"
         )
     order = sorted(todo, key=lambda i: len(encoded[i]))
-    batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    budget = decode_token_budget(device, model, beam) if max_tokens is None else max_tokens
+    batches = (token_budget_batches([len(encoded[i]) for i in order], budget, beam, order) if budget
+               else [order[k : k + batch_size] for k in range(0, len(order), batch_size)])
     kw = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_extra=max_extra, use_cache=use_cache)
 
     def run(src: Tensor) -> Tensor:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workbench.errors import DecodingError, InputTextError
+from workbench.model.attention import KVCache
 from workbench.model.config import validate
 
 
@@ -70,12 +71,80 @@ def _step_limits(model: Seq2Seq, src: Tensor, max_extra: int, max_len: int | Non
     return limits.clamp(min=1, max=cap)
 
 
-class _Stepper:
-    """Feeds tokens to the decoder, with or without the key/value cache, and returns last-position logits."""
+class PreallocatedKVCache(KVCache):
+    """A decoder self-attention cache whose keys and values live in buffers allocated once for the whole output
+    budget: each step writes its keys and values into the next free positions (no ``torch.cat`` and no new
+    allocation per step, as :class:`~workbench.model.attention.KVCache` does). ``k`` and ``v`` are views of the
+    filled positions, so attention sees exactly the tensors the growing cache would hold.
 
-    def __init__(self, model: Seq2Seq, memory: Tensor, src_mask: Tensor, use_cache: bool) -> None:
+    Shapes:
+        buffers (N, H, capacity, d_head); k, v: (N, H, length, d_head) views of them
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(static=False)
+        self.capacity = max(int(capacity), 1)
+        self.filled = 0  # positions written
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self.filled
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        end = self.filled + k.shape[-2]
+        if self._k is None or self._v is None or end > self._k.shape[-2] or self._k.dtype != k.dtype:
+            self._allocate(k.shape[0], k, v, max(self.capacity, end))
+        assert self._k is not None and self._v is not None
+        self._k[:, :, self.filled : end] = k
+        self._v[:, :, self.filled : end] = v
+        self.filled = end
+        self.k, self.v = self._k[:, :, :end], self._v[:, :, :end]  # (N, H, length, d_head)
+        return self.k, self.v
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows ``index`` (N',): in place when the batch keeps its size (beam search's reordering),
+        into new buffers of N' rows otherwise (a batch that drops or copies rows)."""
+        if self._k is None or self._v is None:
+            return
+        L = self.filled
+        if index.shape[0] == self._k.shape[0]:
+            self._k[:, :, :L] = self._k[:, :, :L].index_select(0, index)  # the right side is a copy: no aliasing
+            self._v[:, :, :L] = self._v[:, :, :L].index_select(0, index)
+        else:
+            k, v = self._k[:, :, :L].index_select(0, index), self._v[:, :, :L].index_select(0, index)
+            self._k = self._v = None
+            self.filled = 0
+            self.append(k, v)
+            return
+        self.k, self.v = self._k[:, :, :L], self._v[:, :, :L]
+
+    def _allocate(self, rows: int, k: Tensor, v: Tensor, capacity: int) -> None:
+        """New buffers of ``capacity`` positions, holding what the old ones held."""
+        old_k, old_v, L = self._k, self._v, self.filled
+        self._k = k.new_empty((rows, k.shape[1], capacity, k.shape[-1]))  # (N, H, capacity, d_head)
+        self._v = v.new_empty((rows, v.shape[1], capacity, v.shape[-1]))
+        if old_k is not None and old_v is not None and L:
+            self._k[:, :, :L], self._v[:, :, :L] = old_k[:, :, :L], old_v[:, :, :L]
+
+
+class _Stepper:
+    """Feeds tokens to the decoder, with or without the key/value cache, and returns last-position logits.
+
+    ``capacity`` (the most tokens the search will feed) keeps a Transformer's self-attention keys and values in
+    :class:`PreallocatedKVCache` buffers of that many positions; None keeps the growing cache of ``model.init_cache``.
+    """
+
+    def __init__(self, model: Seq2Seq, memory: Tensor, src_mask: Tensor, use_cache: bool,
+                 capacity: int | None = None) -> None:
+        from workbench.model.transformer import DecoderCache
+
         self.model, self.memory, self.src_mask, self.use_cache = model, memory, src_mask, use_cache
         self.cache = model.init_cache(memory, src_mask) if use_cache else None
+        if capacity is not None and isinstance(self.cache, DecoderCache):
+            for layer in self.cache.layers:
+                layer.self_attn = PreallocatedKVCache(capacity)
 
     def __call__(self, prefix: Tensor) -> Tensor:
         """Shapes: prefix (N, t) -> logits of the next token (N, V)."""
