@@ -616,3 +616,14 @@ def test_cli_catalogue(name, tmp_path, monkeypatch, capsys, finished_run):
             continue
         assert after.get(path) == digest, f"{name}: {path} was {'changed' if path in after else 'lost'}"
     assert not [p for p in after if p.endswith(".tmp")], f"{name}: a temporary file was left: {sorted(after)}"
+
+
+@pytest.mark.parametrize("src", [torch.rand(1, 3), torch.tensor([5, 6, 3]), torch.tensor([[[5, 6]]]), [[5, 6, 3]]])
+def test_model_refuses_ids_it_cannot_read_in_one_line(src):
+    from workbench.errors import InputTextError
+
+    model = wb.build_model(wb.preset("tiny", d_model=32, n_heads=4), 40, 40).eval()
+    with pytest.raises(InputTextError, match=r"token ids must be a \(batch, length\) tensor of integers"):
+        model(src, torch.tensor([[2, 5]]))
+    with pytest.raises(InputTextError, match="token ids must be"):
+        model(torch.tensor([[5, 6, 3]]), src)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, InputTextError
 from workbench.model.attention import KVCache, MultiHeadAttention
 from workbench.model.config import ModelConfig
 from workbench.model.hook_points import HookPoint, tap
@@ -155,6 +155,15 @@ class DecoderCache:
             layer.cross_attn.reorder(index)
 
 
+def _check_ids(tokens: Tensor) -> None:
+    """Refuse anything but a (batch, length) integer tensor, in one line. A static check (no host sync): the ids'
+    values are the embedding's to check."""
+    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int32):
+        got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise InputTextError(f"token ids must be a (batch, length) tensor of integers, got {got}: encode text with "
+                             "the tokenizer (one row per sentence; add a batch axis with ids[None])")
+
+
 class Embedding(nn.Module):
     """Token embedding (times sqrt(d_model)) plus positional encoding, then dropout (paper 3.4, 3.5)."""
 
@@ -173,6 +182,7 @@ class Embedding(nn.Module):
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Shapes: (B, T) ids -> (B, T, d_model)."""
+        _check_ids(tokens)
         x = self.positional(self.tokens(tokens) * self.scale, offset=offset)  # (B, T, d_model)
         if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             # CPU bf16: the whole residual stream in bf16 (LayerNorm keeps its input's dtype there), not fp32 with
@@ -217,6 +227,7 @@ class Transformer(nn.Module):
     # -- the two halves ------------------------------------------------------------------------------------------
     def src_mask(self, src: Tensor) -> Tensor:
         """Shapes: (B, S) -> (B, 1, 1, S) bool, True at real source tokens."""
+        _check_ids(src)
         return padding_mask(src, self.pad_id)[:, None, None, :]
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
