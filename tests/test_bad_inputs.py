@@ -627,3 +627,11 @@ def test_model_refuses_ids_it_cannot_read_in_one_line(src):
         model(src, torch.tensor([[2, 5]]))
     with pytest.raises(InputTextError, match="token ids must be"):
         model(torch.tensor([[5, 6, 3]]), src)
+
+
+@pytest.mark.parametrize("field", ["d_model", "n_heads", "d_ff", "n_enc_layers", "max_len", "d_head", "d_v"])
+def test_a_bool_is_not_a_size(field):
+    from workbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"invalid {field}=True: use a positive integer"):
+        wb.preset("tiny", **{field: True})

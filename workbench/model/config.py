@@ -60,7 +60,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
             value = getattr(self, name)
-            validate(isinstance(value, int) and value > 0, name, value, "use a positive integer")
+            validate(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, value, "use a positive integer")
         if self.d_head is None:
             validate(
                 self.d_model % self.n_heads == 0,
@@ -70,9 +70,9 @@ class ModelConfig:
                 f"try d_model={self.n_heads * max(1, round(self.d_model / self.n_heads))}",
             )
         else:
-            validate(isinstance(self.d_head, int) and self.d_head > 0, "d_head", self.d_head, "use a positive integer or None")
+            validate(isinstance(self.d_head, int) and not isinstance(self.d_head, bool) and self.d_head > 0, "d_head", self.d_head, "use a positive integer or None")
         if self.d_v is not None:
-            validate(isinstance(self.d_v, int) and self.d_v > 0, "d_v", self.d_v, "use a positive integer or None")
+            validate(isinstance(self.d_v, int) and not isinstance(self.d_v, bool) and self.d_v > 0, "d_v", self.d_v, "use a positive integer or None")
         for name in ("dropout", "attn_dropout"):
             value = getattr(self, name)
             validate(is_probability(value), name, value, "use a probability in [0, 1)")
