@@ -35,30 +35,30 @@ def test_every_kind_and_layer_recorded_with_shapes(model_and_batch):
         model(src, tgt)
     H = model.cfg.n_heads
     for layer in range(2):
-        assert cache["enc_self", layer].shape == (2, H, 7, 7)
-        assert cache["dec_self", layer].shape == (2, H, 5, 5)
-        assert cache["cross", layer].shape == (2, H, 5, 7)
-    assert torch.equal(cache["cross", -1], cache["cross", 1])
-    assert cache["enc_self", 0].device.type == "cpu" and not cache["enc_self", 0].requires_grad
+        assert cache["enc.self", layer].shape == (2, H, 7, 7)
+        assert cache["dec.self", layer].shape == (2, H, 5, 5)
+        assert cache["dec.cross", layer].shape == (2, H, 5, 7)
+    assert torch.equal(cache["dec.cross", -1], cache["dec.cross", 1])
+    assert cache["enc.self", 0].device.type == "cpu" and not cache["enc.self", 0].requires_grad
     # rows sum to one over allowed keys; padded keys get exactly zero
-    enc = cache["enc_self", 0]
+    enc = cache["enc.self", 0]
     torch.testing.assert_close(enc.sum(-1), torch.ones(2, H, 7))
     assert torch.all(enc[1, :, :, 4:] == 0)
-    assert torch.all(cache["dec_self", 1].triu(1) == 0)
-    assert cache.stack("cross").shape == (2, 2, H, 5, 7)
+    assert torch.all(cache["dec.self", 1].triu(1) == 0)
+    assert cache.stack("dec.cross").shape == (2, 2, H, 5, 7)
 
 
 def test_selection_and_optional_fields(model_and_batch):
     model, src, tgt = model_and_batch
-    with capture_attention(model, kinds=["cross"], layers=[-1], scores=True, qkv=True) as cache:
+    with capture_attention(model, kinds=["dec.cross"], layers=[-1], scores=True, qkv=True) as cache:
         model(src, tgt)
-    assert cache.layers("cross") == [1]
-    assert ("enc_self", 0) not in cache
+    assert cache.layers("dec.cross") == [1]
+    assert ("enc.self", 0) not in cache
     with pytest.raises(KeyError, match="not recorded"):
-        cache["cross", 0]
-    scores, q = cache["cross", 1, "scores"], cache["cross", 1, "q"]
+        cache["dec.cross", 0]
+    scores, q = cache["dec.cross", 1, "scores"], cache["dec.cross", 1, "q"]
     assert q.shape == (2, model.cfg.n_heads, 5, model.cfg.head_dim)
-    k = cache["cross", 1, "k"]
+    k = cache["dec.cross", 1, "k"]
     torch.testing.assert_close(scores, q @ k.transpose(-2, -1) / model.cfg.head_dim**0.5)
     with pytest.raises(ValueError, match="unknown attention kinds"):
         with capture_attention(model, kinds=["encoder"]):
@@ -69,7 +69,7 @@ def test_residual_stream(model_and_batch):
     model, src, tgt = model_and_batch
     with capture_attention(model, kinds=[], resid=True) as cache:
         memory = model.encode(src)
-    torch.testing.assert_close(cache["resid_enc", -1], memory)
+    torch.testing.assert_close(cache["enc.resid", -1], memory)
 
 
 def test_hooks_removed_when_body_raises(model_and_batch):
@@ -86,10 +86,10 @@ def test_step_by_step_decoding_records_every_call(model_and_batch):
     src_mask = model.src_mask(src)
     memory = model.encode(src, src_mask)
     cache = model.init_cache()
-    with capture_attention(model, kinds=["dec_self"]) as rec:
+    with capture_attention(model, kinds=["dec.self"]) as rec:
         for t in range(3):
             model.decode(tgt[:, t : t + 1], memory, src_mask, cache)
-    calls = rec.calls("dec_self", 0)
+    calls = rec.calls("dec.self", 0)
     assert [c.shape[-1] for c in calls] == [1, 2, 3]
 
 
@@ -103,7 +103,7 @@ def test_rnn_attention_through_same_api():
     with capture_attention(model) as cache:
         out = model(src, tgt)
     assert torch.equal(plain, out) and hooks_remaining(model) == 0
-    w = cache["rnn_cross", 0]
+    w = cache["dec.cross", 0]
     assert w.shape == (2, 1, 4, 6)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 1, 4))
     assert torch.all(w[0, :, :, 3:] == 0)
@@ -154,10 +154,10 @@ def test_rnn_queries_keys_values_recorded():
     with capture_attention(model, qkv=True) as cache:
         out = model(src, tgt)
     assert torch.equal(plain, out) and hooks_remaining(model) == 0
-    q, k, v = (cache["rnn_cross", 0, f] for f in ("q", "k", "v"))
+    q, k, v = (cache["dec.cross", 0, f] for f in ("q", "k", "v"))
     assert q.shape == (2, 1, 4, 16) and k.shape == v.shape == (2, 1, 6, 16)
     # the recorded weights are the softmax of the recorded queries against the recorded keys
-    torch.testing.assert_close(cache["rnn_cross", 0], torch.softmax(q @ k.transpose(-2, -1), dim=-1))
+    torch.testing.assert_close(cache["dec.cross", 0], torch.softmax(q @ k.transpose(-2, -1), dim=-1))
 
 
 def test_the_model_does_not_import_the_capture_side_door():
@@ -190,6 +190,6 @@ def test_layers_are_named_by_their_place_in_the_model(model_and_batch):
     wrapper = torch.nn.ModuleDict({"translator": model})
     with capture_attention(wrapper, resid=True) as cache:
         memory = model.encode(src)
-    assert cache.layers("enc_self") == cache.layers("resid_enc") == [0, 1, 2]
-    assert len(cache.calls("enc_self", 0)) == 1
-    torch.testing.assert_close(cache["resid_enc", -1], memory)
+    assert cache.layers("enc.self") == cache.layers("enc.resid") == [0, 1, 2]
+    assert len(cache.calls("enc.self", 0)) == 1
+    torch.testing.assert_close(cache["enc.resid", -1], memory)

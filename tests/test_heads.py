@@ -65,9 +65,9 @@ def model_and_batch():
 def test_unit_gates_change_nothing_and_masking_changes_output(model_and_batch):
     model, b = model_and_batch
     plain = model(b.src, b.tgt_in)
-    with gate_heads(model, {("cross", 0): torch.ones(4)}):
+    with gate_heads(model, {("dec.cross", 0): torch.ones(4)}):
         assert torch.equal(model(b.src, b.tgt_in), plain)
-    with ablate_heads(model, [("cross", 0, 1)]):
+    with ablate_heads(model, [("dec.cross", 0, 1)]):
         masked = model(b.src, b.tgt_in)
     assert not torch.allclose(masked, plain)
     assert torch.equal(model(b.src, b.tgt_in), plain) and hooks_remaining(model) == 0
@@ -77,7 +77,7 @@ def test_masking_a_head_zeroes_its_output(model_and_batch):
     model, b = model_and_batch
     block = model.decoder_layers[0].cross_attn
     seen = {}
-    with ablate_heads(model, [("cross", 0, 2)]):
+    with ablate_heads(model, [("dec.cross", 0, 2)]):
         # registered after the gate, so this probe sees the gated per-head outputs
         h = block.hook_z.register_forward_hook(lambda m, i, o: seen.setdefault("z", o))
         try:
@@ -90,8 +90,8 @@ def test_masking_a_head_zeroes_its_output(model_and_batch):
 def test_importance_matches_finite_difference(model_and_batch):
     model, b = model_and_batch
     imp = head_importance(model, [b], pad_id=0, normalise=False)
-    assert set(imp) == {(k, i) for k in ("enc_self", "dec_self", "cross") for i in range(2)}
-    key, head, eps = ("cross", 1), 3, 1e-3
+    assert set(imp) == {(k, i) for k in ("enc.self", "dec.self", "dec.cross") for i in range(2)}
+    key, head, eps = ("dec.cross", 1), 3, 1e-3
 
     def loss_with(g):
         gates = torch.ones(4)

@@ -33,8 +33,8 @@ def setup():
 
 
 def _block(model, kind, layer):
-    layers = model.encoder_layers if kind == "enc_self" else model.decoder_layers
-    return layers[layer].cross_attn if kind == "cross" else layers[layer].self_attn
+    layers = model.encoder_layers if kind == "enc.self" else model.decoder_layers
+    return layers[layer].cross_attn if kind == "dec.cross" else layers[layer].self_attn
 
 
 def _cols(block, head):
@@ -56,10 +56,10 @@ def _without_head_columns(model, heads, means=None):
 
 
 @pytest.mark.parametrize("heads", [
-    [("enc_self", 1, 2)],
-    [("dec_self", 0, 0)],
-    [("cross", 2, 3)],
-    [("cross", 0, 1), ("enc_self", 0, 3), ("dec_self", 2, 1)],
+    [("enc.self", 1, 2)],
+    [("dec.self", 0, 0)],
+    [("dec.cross", 2, 3)],
+    [("dec.cross", 0, 1), ("enc.self", 0, 3), ("dec.self", 2, 1)],
 ])
 def test_zero_ablation_equals_removing_the_heads_columns_of_w_o(setup, heads):
     model, src, tgt_in = setup
@@ -77,16 +77,16 @@ def test_whole_layer_and_negative_indices(setup):
     ref = copy.deepcopy(model)
     with torch.no_grad():
         ref.decoder_layers[2].cross_attn.out_proj.weight.zero_()  # only the bias of W^O is left
-    with ablate_heads(model, [("cross", -1, None)]) as ablated:
+    with ablate_heads(model, [("dec.cross", -1, None)]) as ablated:
         got = model(src, tgt_in)
-    assert ablated == [("cross", 2, h) for h in range(4)]
+    assert ablated == [("dec.cross", 2, h) for h in range(4)]
     torch.testing.assert_close(got, ref(src, tgt_in), rtol=1e-5, atol=1e-6)
-    assert resolve_heads(model, [("enc_self", -2, -1)]) == {("enc_self", 0): [3]}
+    assert resolve_heads(model, [("enc.self", -2, -1)]) == {("enc.self", 0): [3]}
 
 
 def test_ablation_also_acts_on_cached_greedy_decoding(setup):
     model, src, _ = setup
-    heads = [("cross", 1, 0), ("dec_self", 1, 2), ("enc_self", 0, 0)]
+    heads = [("dec.cross", 1, 0), ("dec.self", 1, 2), ("enc.self", 0, 0)]
     ref = _without_head_columns(model, heads)
     with ablate_heads(model, heads):
         cached = greedy_decode(model, src, max_extra=6, use_cache=True)
@@ -98,15 +98,15 @@ def test_ablation_also_acts_on_cached_greedy_decoding(setup):
 def test_head_means_average_the_real_query_positions(setup):
     model, src, tgt_in = setup
     means = head_means(model, [(src, tgt_in), (src[:2, :4], tgt_in[:2, :3])])
-    assert set(means) == set(attention_blocks(model)) and means[("cross", 0)].shape == (4, 12)
+    assert set(means) == set(attention_blocks(model)) and means[("dec.cross", 0)].shape == (4, 12)
     # independent: z = pattern @ v from the captured weights and values, averaged over non-padding queries
-    for kind, layer in [("enc_self", 1), ("cross", 2), ("dec_self", 0)]:
+    for kind, layer in [("enc.self", 1), ("dec.cross", 2), ("dec.self", 0)]:
         total, count = torch.zeros(4, 12, dtype=torch.float64), 0
         for s, t in [(src, tgt_in), (src[:2, :4], tgt_in[:2, :3])]:
             with torch.no_grad(), capture_attention(model, kinds=[kind], layers=layer, qkv=True) as cache:
                 model(s, t)
             z = cache[kind, layer] @ cache[kind, layer, "v"]  # (B, H, Tq, d_head)
-            real = (s if kind == "enc_self" else t) != 0  # (B, Tq)
+            real = (s if kind == "enc.self" else t) != 0  # (B, Tq)
             total += z.permute(1, 0, 2, 3)[:, real].sum(1).double()
             count += int(real.sum())
         torch.testing.assert_close(means[(kind, layer)], (total / count).float(), rtol=1e-5, atol=1e-6)
@@ -115,7 +115,7 @@ def test_head_means_average_the_real_query_positions(setup):
 def test_mean_ablation_equals_w_o_columns_replaced_by_the_mean_contribution(setup):
     model, src, tgt_in = setup
     means = head_means(model, [(src, tgt_in)])
-    heads = [("cross", 1, 2), ("enc_self", 1, 0)]
+    heads = [("dec.cross", 1, 2), ("enc.self", 1, 0)]
     expected = _without_head_columns(model, heads, means=means)(src, tgt_in)
     with ablate_heads(model, heads, mode="mean", means=means):
         got = model(src, tgt_in)
@@ -129,24 +129,24 @@ def test_outputs_restored_bit_for_bit_weights_untouched_no_hook_left(setup):
     model, src, tgt_in = setup
     state = {k: v.clone() for k, v in model.state_dict().items()}
     before = model(src, tgt_in)
-    with ablate_heads(model, [("cross", 0, None), ("enc_self", 1, 1)]):
+    with ablate_heads(model, [("dec.cross", 0, None), ("enc.self", 1, 1)]):
         assert hooks_remaining(model) == 2
         assert not torch.equal(model(src, tgt_in), before)
     assert hooks_remaining(model) == 0 and torch.equal(model(src, tgt_in), before)
-    with pytest.raises(RuntimeError, match="inside"), ablate_heads(model, [("dec_self", 0, 0)]):
+    with pytest.raises(RuntimeError, match="inside"), ablate_heads(model, [("dec.self", 0, 0)]):
         raise RuntimeError("error inside the block")
     assert hooks_remaining(model) == 0 and torch.equal(model(src, tgt_in), before)
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
 
 
 @pytest.mark.parametrize("heads, match", [
-    ([("decoder", 0, 1)], "unknown attention kind 'decoder'.*enc_self"),
-    ([("cross", 3, 1)], "layer 3 out of range.*0..2"),
-    ([("enc_self", -3, 0)], "layer -3 out of range"),
-    ([("cross", 0, 4)], "head 4 out of range.*0..3"),
-    ([("cross", 0, 1.0)], "head 1.0 .*not an integer"),
-    ([("cross", 0)], "not a \\(kind, layer, head\\) triple"),
-    (("cross", 0, 1), "wrap it in a list"),
+    ([("decoder", 0, 1)], "unknown attention kind .decoder.*enc.self"),
+    ([("dec.cross", 3, 1)], "layer 3 out of range.*0..2"),
+    ([("enc.self", -3, 0)], "layer -3 out of range"),
+    ([("dec.cross", 0, 4)], "head 4 out of range.*0..3"),
+    ([("dec.cross", 0, 1.0)], "head 1.0 .*not an integer"),
+    ([("dec.cross", 0)], "not a \\(kind, layer, head\\) triple"),
+    (("dec.cross", 0, 1), "wrap it in a list"),
 ])
 def test_bad_heads_raise_clear_errors(setup, heads, match):
     model, *_ = setup
@@ -159,16 +159,16 @@ def test_bad_heads_raise_clear_errors(setup, heads, match):
 def test_bad_mode_and_means_raise_clear_errors(setup):
     model, src, tgt_in = setup
     with pytest.raises(InterventionError, match="unknown ablation mode 'drop'"):
-        with ablate_heads(model, [("cross", 0, 0)], mode="drop"):
+        with ablate_heads(model, [("dec.cross", 0, 0)], mode="drop"):
             pass
     with pytest.raises(InterventionError, match="needs the heads' mean outputs"):
-        with ablate_heads(model, [("cross", 0, 0)], mode="mean"):
+        with ablate_heads(model, [("dec.cross", 0, 0)], mode="mean"):
             pass
     with pytest.raises(InterventionError, match="shape \\(4, 3\\), expected"):
-        with ablate_heads(model, [("cross", 0, 0)], mode="mean", means={("cross", 0): torch.zeros(4, 3)}):
+        with ablate_heads(model, [("dec.cross", 0, 0)], mode="mean", means={("dec.cross", 0): torch.zeros(4, 3)}):
             pass
-    with pytest.raises(InterventionError, match="no entry for block \\('cross', 1\\)"):
-        with ablate_heads(model, [("cross", 1, 0)], mode="mean", means={("cross", 0): torch.zeros(4, 12)}):
+    with pytest.raises(InterventionError, match="no entry for block \\(.dec.cross., 1\\)"):
+        with ablate_heads(model, [("dec.cross", 1, 0)], mode="mean", means={("dec.cross", 0): torch.zeros(4, 12)}):
             pass
     assert hooks_remaining(model) == 0
 
@@ -181,8 +181,8 @@ def test_intervened_greedy_equals_greedy_decoding_under_the_same_ablation(setup)
     same = intervened_greedy(model, row, reference, heads=[], max_extra=8)
     assert same.out_ids == reference and same.diverged_at is None and same.cache is not None
     changed = 0
-    for heads in ([("cross", 0, None)], [("enc_self", 1, 2)], [("dec_self", 0, 1), ("cross", 2, None)],
-                  [("enc_self", 0, None), ("enc_self", 1, None)]):
+    for heads in ([("dec.cross", 0, None)], [("enc.self", 1, 2)], [("dec.self", 0, 1), ("dec.cross", 2, None)],
+                  [("enc.self", 0, None), ("enc.self", 1, None)]):
         got = intervened_greedy(model, row, reference, heads=heads, max_extra=8, capture=False)
         with ablate_heads(model, heads):
             expected = greedy_decode(model, src[:1], max_extra=8)[0].tolist()

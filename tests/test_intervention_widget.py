@@ -37,21 +37,21 @@ def test_toggling_a_head_retranslates_and_redraws(translator):
     model, tok = translator
     insp = HeadInterventionInspector(model, tok, sentence="ein mann fährt fahrrad", max_extra=4)
     assert np.all(np.asarray(insp.delta_figure.data[0].y) == 0) and "(unchanged)" in insp.result.value
-    insp.toggles[("cross", 1, 0)].value = True
-    heads = [("cross", 1, 0)]
-    assert insp.outcome.heads == heads and insp.toggles[("cross", 1, 0)].button_style == "danger"
+    insp.toggles[("dec.cross", 1, 0)].value = True
+    heads = [("dec.cross", 1, 0)]
+    assert insp.outcome.heads == heads and insp.toggles[("dec.cross", 1, 0)].button_style == "danger"
     logp, cache = _teacher_forced(model, insp, heads)
     base, _ = _teacher_forced(model, insp, [])
     np.testing.assert_allclose(np.asarray(insp.delta_figure.data[0].y), (logp - base).numpy(), atol=1e-5)
     assert np.abs(np.asarray(insp.delta_figure.data[0].y)).max() > 1e-4
-    np.testing.assert_allclose(np.asarray(insp.attention_figure.data[1].z), cache["cross", 0][0, 1].numpy(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(insp.attention_figure.data[1].z), cache["dec.cross", 0][0, 1].numpy(), rtol=1e-5)
     with torch.no_grad(), ablate_heads(model, heads):
         expected = translate(model, tok, ["ein mann fährt fahrrad"], beam=1, max_extra=4)[0]
     assert "<b>intervened:</b> <span" in insp.result.value and expected in insp.result.value
     assert insp.last_update_ms > 0 and hooks_remaining(model) == 0
     insp.layer.value = 1  # the ablated head's own layer: its subplot says so
     assert insp.attention_figure.layout.annotations[0].text == "head 0 (off)"
-    insp.toggles[("cross", 1, 0)].value = False  # switched back: bit-identical to the original
+    insp.toggles[("dec.cross", 1, 0)].value = False  # switched back: bit-identical to the original
     assert np.all(np.asarray(insp.delta_figure.data[0].y) == 0) and insp.outcome.out_ids == insp.original.out_ids
     np.testing.assert_array_equal(np.asarray(insp.rollout_figure.data[1].z), np.asarray(insp.rollout_figure.data[0].z))
 
@@ -59,11 +59,11 @@ def test_toggling_a_head_retranslates_and_redraws(translator):
 def test_layer_button_switches_a_whole_layer_and_back(translator):
     model, tok = translator
     insp = HeadInterventionInspector(model, tok, sentence="eine frau liest", max_extra=4)
-    insp.layer_buttons[("enc_self", 0)].click()
-    assert insp.heads_off() == [("enc_self", 0, 0), ("enc_self", 0, 1)] and insp.outcome.heads == insp.heads_off()
-    insp.kind.value = "enc_self"
+    insp.layer_buttons[("enc.self", 0)].click()
+    assert insp.heads_off() == [("enc.self", 0, 0), ("enc.self", 0, 1)] and insp.outcome.heads == insp.heads_off()
+    insp.kind.value = "enc.self"
     assert np.asarray(insp.attention_figure.data[0].z).shape == (4, 4)  # 3 words + eos
-    insp.layer_buttons[("enc_self", 0)].click()
+    insp.layer_buttons[("enc.self", 0)].click()
     assert insp.heads_off() == [] and insp.outcome.heads == []
     insp.reset.click()
     assert hooks_remaining(model) == 0
@@ -72,7 +72,7 @@ def test_layer_button_switches_a_whole_layer_and_back(translator):
 def test_bleu_button_and_mean_ablation(translator):
     model, tok = translator
     insp = HeadInterventionInspector(model, tok, sentence="ein hund läuft", validation=PAIRS, max_extra=4)
-    heads = [("cross", 0, None), ("cross", 1, None)]
+    heads = [("dec.cross", 0, None), ("dec.cross", 1, None)]
     insp.set_heads([(k, layer, h) for k, layer, _ in heads for h in range(2)])
     scores = insp.score_bleu()
     srcs, refs = [s for s, _ in PAIRS], [t for _, t in PAIRS]

@@ -37,8 +37,8 @@ def test_click_shows_the_patched_translation(shipped):
     assert "his" in insp.output.value
     # an unedited position of the embedding changes nothing: the corrupted translation
     assert insp.select(0, 0) == insp.corrupt_text
-    insp.family_menu.value = "memory"
-    assert insp.result.family == "memory" and np.asarray(insp.figure.data[0].z).shape == (3, len(insp.src_tokens))
+    insp.family_menu.value = "dec.memory"
+    assert insp.result.family == "dec.memory" and np.asarray(insp.figure.data[0].z).shape == (3, len(insp.src_tokens))
     with torch.no_grad():
         assert isinstance(insp.select(2, pos), str)
     from workbench.inspect.capture import hooks_remaining

@@ -1,4 +1,4 @@
-"""Notebook 09's pronoun analysis as a package function: weights from a pronoun onto its antecedent, per head."""
+"""Notebook 10's pronoun analysis as a package function: weights from a pronoun onto its antecedent, per head."""
 
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ def _weights(rows: dict[int, list[list[float]]], tq: int, tk: int) -> torch.Tens
 @pytest.fixture
 def reading_of(monkeypatch):
     def make(translation: str = "A woman sees her.", out_tokens: list[str] = OUT):
-        cache = AttentionCache({"enc_self": 2, "cross": 1})
+        cache = AttentionCache({"enc.self": 2, "dec.cross": 1})
         # encoder layer 0 from "sie" (token 4): head 0 reads "Frau" (0.3 + 0.4), head 1 reads "sieht"
-        cache._record("enc_self", 0, "pattern", _weights({4: [[0.1, 0.3, 0.4, 0.1, 0.1, 0.0],
+        cache._record("enc.0.self.pattern", _weights({4: [[0.1, 0.3, 0.4, 0.1, 0.1, 0.0],
                                                               [0.0, 0.05, 0.05, 0.9, 0.0, 0.0]]}, 6, 6))
-        cache._record("enc_self", 1, "pattern", _weights({4: [[1 / 6] * 6, [0.0, 0.1, 0.1, 0.1, 0.7, 0.0]]}, 6, 6))
+        cache._record("enc.1.self.pattern", _weights({4: [[1 / 6] * 6, [0.0, 0.1, 0.1, 0.1, 0.7, 0.0]]}, 6, 6))
         # cross from "her" (position 3): head 0 reads "sie" most but gives "Frau" 0.3; head 1 gives "Frau" 0.5
-        cache._record("cross", 0, "pattern", _weights({3: [[0.1, 0.1, 0.2, 0.1, 0.5, 0.0],
+        cache._record("dec.0.cross.pattern", _weights({3: [[0.1, 0.1, 0.2, 0.1, 0.5, 0.0],
                                                            [0.0, 0.25, 0.25, 0.2, 0.3, 0.0]]}, 6, 6))
         ins = Inspection(source="Eine Frau sieht sie.", translation=translation, src_tokens=SRC,
                          tgt_tokens=["<bos>", *out_tokens[:-1]], out_tokens=out_tokens, cache=cache)

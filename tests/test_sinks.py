@@ -64,7 +64,7 @@ def test_eos_share_is_the_captured_weight_on_eos(tiny_translator, subword_tokeni
     tgt_in = tok.encode_tgt([pairs[0][1]])[0][:-1]
     with capture_attention(tiny_translator) as cache:
         tiny_translator(torch.tensor([src_ids]), torch.tensor([tgt_in]))
-    w = cache["cross", 1][0]  # (H, T, S)
+    w = cache["dec.cross", 1][0]  # (H, T, S)
     expected = w[:, :, src_ids.index(tok.eos_id)].mean(-1).double()  # (H,)
     got = torch.tensor(audit.per_sentence["cross", 1][0, :, CATEGORIES.index("eos")])
     assert torch.allclose(got, expected, atol=1e-6)

@@ -27,13 +27,13 @@ def test_inspector_updates_figures_in_place(translator):
     first = np.asarray(fig.data[0].z).copy()
     insp.layer.value = 1
     assert insp.single is fig  # same FigureWidget, new data
-    expected = insp.inspection.weights("cross", 1)[0].numpy()
+    expected = insp.inspection.weights("dec.cross", 1)[0].numpy()
     np.testing.assert_allclose(np.asarray(fig.data[0].z), expected, rtol=1e-6)
     assert not np.allclose(first, expected)
     insp.head.value = -1
     assert insp.figure_box.children[0] is insp.grid
-    np.testing.assert_allclose(np.asarray(insp.grid.data[1].z), insp.inspection.weights("cross", 1)[1].numpy(), rtol=1e-6)
-    insp.kind.value = "enc_self"
+    np.testing.assert_allclose(np.asarray(insp.grid.data[1].z), insp.inspection.weights("dec.cross", 1)[1].numpy(), rtol=1e-6)
+    insp.kind.value = "enc.self"
     assert np.asarray(insp.grid.data[0].z).shape == (5, 5)  # 4 words + eos
     assert insp.last_update_ms > 0
 
@@ -123,13 +123,13 @@ def test_inspector_saved_state_holds_its_first_figure(translator):
     model, tok = translator
     insp = AttentionInspector(model, tok, sentence="ein mann fährt fahrrad")
     saved = insp.single.get_state()["_widget_data"][0]
-    np.testing.assert_allclose(np.asarray(saved["z"], dtype=float), insp.inspection.weights("cross", 0)[0].numpy(),
+    np.testing.assert_allclose(np.asarray(saved["z"], dtype=float), insp.inspection.weights("dec.cross", 0)[0].numpy(),
                                rtol=1e-6)
     assert insp.figure_box.children[0] is insp.single
     insp.head.value = -1
     saved_grid = insp.grid.get_state()["_widget_data"]
     np.testing.assert_allclose(np.asarray(saved_grid[1]["z"], dtype=float),
-                               insp.inspection.weights("cross", 0)[1].numpy(), rtol=1e-6)
+                               insp.inspection.weights("dec.cross", 0)[1].numpy(), rtol=1e-6)
 
 
 def test_inspector_shows_generation_and_the_beam_tree(translator):
@@ -143,7 +143,7 @@ def test_inspector_shows_generation_and_the_beam_tree(translator):
     assert greedy.tokens == insp.inspection.out_ids  # the inspected translation is the greedy one
     drawn = np.asarray(insp.generation_figures["greedy"].data[0].z)
     np.testing.assert_allclose(drawn, greedy.cross[:, -1].mean(1).numpy(), rtol=1e-6)
-    forced = insp.inspection.weights("cross", -1).mean(0).numpy()  # (T, S) teacher-forced
+    forced = insp.inspection.weights("dec.cross", -1).mean(0).numpy()  # (T, S) teacher-forced
     np.testing.assert_allclose(drawn, forced, atol=1e-5)
     assert "beam" not in insp.generation_figures
     insp.search.value = 4

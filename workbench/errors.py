@@ -75,3 +75,12 @@ class PatchingError(InterventionError):
 class BridgeError(WorkbenchError, ValueError):
     """A model that cannot cross a bridge to or from another library (Hugging Face, CTranslate2): an unsupported
     architecture, a configuration field the other side cannot represent, unsafe or missing weights."""
+
+
+class SiteNameError(PatchingError, KeyError):
+    """An unknown site name (a hook point, capture key, patching site or kind): the message lists the valid names.
+
+    Also a ``KeyError`` (caches are mappings of site names) and a ``ValueError`` (through :class:`PatchingError`).
+    """
+
+    __str__ = Exception.__str__  # one plain line, not KeyError's quoted repr

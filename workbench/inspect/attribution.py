@@ -280,10 +280,10 @@ def attention_summaries(cache: Any, index: int = 0) -> dict[str, Tensor]:
     * ``"cross last"``: the last decoder layer's cross-attention averaged over heads;
     * ``"rollout"``: the decoder-to-source rollout (:func:`workbench.inspect.flow.decoder_rollout`), renormalised.
     """
-    layers = cache.layers("cross")
+    layers = cache.layers("dec.cross")
     if not layers:
         raise AttributionError("the cache holds no cross-attention: capture a teacher-forced pass of every kind")
-    cross = torch.stack([cache["cross", layer][index] for layer in layers]).double()  # (L, H, T, S)
+    cross = torch.stack([cache["dec.cross", layer][index] for layer in layers]).double()  # (L, H, T, S)
     return {
         "cross mean": cross.mean((0, 1)),
         "cross last": cross[-1].mean(0),
@@ -378,7 +378,7 @@ def measure_agreement(
         T, S = len(ins.out_ids), len(ins.src_ids)
         if baselines:
             scores["diagonal"] = diagonal_prior(T, S)
-        heads = (torch.stack([ins.cache["cross", layer][0] for layer in ins.cache.layers("cross")]).double()
+        heads = (torch.stack([ins.cache["dec.cross", layer][0] for layer in ins.cache.layers("dec.cross")]).double()
                  if per_head else None)  # (L, H, T, S)
         for method in methods:
             a = attribute(model, ins.src_ids, tgt_in, targets=ins.out_ids, method=method, n_steps=n_steps)

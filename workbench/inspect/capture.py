@@ -2,9 +2,10 @@
 
 The model carries identity :class:`~workbench.hook_points.HookPoint` modules (:mod:`workbench.model.hook_points`): every
 attention block ``hook_q``, ``hook_k``, ``hook_v``, ``hook_scores``, ``hook_pattern`` (and ``hook_z``), every layer
-``hook_resid``. The model never imports this module. :func:`capture_attention` finds the points by their names in
-``model.named_modules()`` (:data:`SITES`), registers recording forward hooks on them for the duration of a ``with``
-block, and always removes them on exit, also when the body raises.
+``hook_resid``. The model never imports this module. :func:`capture_attention` finds the points by their site names
+(:mod:`workbench.model.sites`: ``enc.0.self.pattern``, ``dec.1.cross.q``, ``enc.2.resid``), registers recording
+forward hooks on them for the duration of a ``with`` block, and always removes them on exit, also when the body
+raises.
 
 Capture does not change the computation: the output still comes from the fused kernel, and while someone listens
 the attention blocks compute the weights beside it (see :mod:`workbench.model.attention`), so outputs are bit-identical
@@ -12,120 +13,62 @@ with and without capture. Without hooks the points cost one check each and store
 
     with capture_attention(model) as cache:
         model(src, tgt_in)
-    cache["enc_self", 0]   # (B, H, Tq, Tk) per-head weights of encoder layer 0, on the CPU
-    cache["cross", -1]     # last decoder layer's cross-attention
+    cache["enc.0.self.pattern"]  # (B, H, Tq, Tk) per-head weights of encoder layer 0, on the CPU
+    cache["dec.cross", -1]       # the same by kind and layer: the last decoder layer's cross-attention
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
+from workbench.errors import SiteNameError
+from workbench.inspect.site_cache import SiteCache
 from workbench.model.hook_points import HookPoint, hook_points, n_hooks, tap
+from workbench.model.sites import (
+    ATTENTION_KINDS,
+    FIELDS,
+    RESID_KINDS,
+    describe_sites,
+    kind_name,
+    model_sites,
+    split_site,
+)
 from workbench.runtime import full_precision
 
 __all__ = [
-    "FIELDS", "KINDS", "RESID_KINDS", "SITES", "AttentionCache", "HookPoint", "capture_attention", "hook_points",
+    "ATTENTION_KINDS", "FIELDS", "RESID_KINDS", "AttentionCache", "HookPoint", "capture_attention", "hook_points",
     "hooks_remaining", "sites", "tap",
 ]
 
-KINDS = ("enc_self", "dec_self", "cross", "rnn_cross")
-RESID_KINDS = ("resid_enc", "resid_dec")
-FIELDS = ("pattern", "scores", "q", "k", "v")
 
-# Where each kind is recorded: (kind, module name with the layer index as its group, hook point the module must own).
-# A prefix before the name is allowed (``_orig_mod.`` of torch.compile, ``module.`` of DistributedDataParallel).
-SITES = (
-    ("enc_self", r"encoder_layers\.(\d+)\.self_attn", "hook_pattern"),
-    ("dec_self", r"decoder_layers\.(\d+)\.self_attn", "hook_pattern"),
-    ("cross", r"decoder_layers\.(\d+)\.cross_attn", "hook_pattern"),
-    ("rnn_cross", r"attention()", "hook_pattern"),  # the recurrent baseline's one attention: layer 0
-    ("resid_enc", r"encoder_layers\.(\d+)", "hook_resid"),
-    ("resid_dec", r"decoder_layers\.(\d+)", "hook_resid"),
-)
+def sites(model: nn.Module) -> Iterator[tuple[str, int, str, nn.Module]]:
+    """Every hook point capture can listen to, as (kind, layer, site name, hook point), in the model's order."""
+    for name, module in model_sites(model).items():
+        if isinstance(module, HookPoint):
+            kind, layer, _ = split_site(name)
+            yield kind, layer, name, module
 
 
-def sites(model: nn.Module) -> Iterator[tuple[str, int, nn.Module]]:
-    """Every module that capture can listen to, as (kind, layer, module), named by ``model.named_modules()``."""
-    for name, module in model.named_modules():
-        for kind, pattern, point in SITES:
-            match = re.fullmatch(rf"(?:.+\.)?{pattern}", name)
-            if match and isinstance(getattr(module, point, None), HookPoint):
-                yield kind, int(match.group(1) or 0), module
-                break
+class AttentionCache(SiteCache):
+    """What :func:`capture_attention` recorded: site name -> detached CPU tensor (a :class:`SiteCache`).
 
-
-class AttentionCache:
-    """What :func:`capture_attention` recorded, under short keys.
-
-    ``cache[kind, layer]`` gives per-head attention weights (B, H, Tq, Tk); ``cache[kind, layer, field]`` gives
-    ``field`` in ``("pattern", "scores", "q", "k", "v")``; ``cache["resid_enc", layer]`` the residual stream
-    (B, T, D) after an encoder layer. Negative layers count from the last. When a block ran several times inside
-    the context (step-by-step decoding), the plain key gives the last call and :meth:`calls` gives all of them.
+    ``cache["dec.1.cross.pattern"]`` or ``cache["dec.cross", 1]`` gives per-head attention weights (B, H, Tq, Tk);
+    ``cache["dec.cross", 1, "q"]`` one of the fields ``("pattern", "scores", "q", "k", "v")``;
+    ``cache["enc.resid", layer]`` the residual stream (B, T, D) after an encoder layer. Negative layers count from
+    the last. When a block ran several times inside the context (step-by-step decoding), the plain key gives the
+    last call and :meth:`calls` gives all of them. The old keys (``cache["cross", 1]``) work with a warning.
     """
 
-    def __init__(self, n_layers: dict[str, int]) -> None:
-        self._n_layers = dict(n_layers)
-        self._store: dict[tuple[str, int, str], list[Tensor]] = {}
+    def _record(self, name: str, value: Tensor) -> None:
+        super()._record(name, value.detach().to("cpu", copy=True))
 
-    # -- recording -------------------------------------------------------------------------------------------
-    def _record(self, kind: str, layer: int, field: str, value: Tensor) -> None:
-        self._store.setdefault((kind, layer, field), []).append(value.detach().to("cpu", copy=True))
-
-    # -- reading ---------------------------------------------------------------------------------------------
-    def _key(self, key: Any) -> tuple[str, int, str]:
-        if not isinstance(key, tuple) or len(key) not in (2, 3):
-            raise KeyError(f"use cache[kind, layer] or cache[kind, layer, field]; got {key!r}")
-        kind, layer = key[0], key[1]
-        field = key[2] if len(key) == 3 else ("resid" if kind in RESID_KINDS else "pattern")
-        if kind not in self._n_layers:
-            raise KeyError(f"nothing captured for kind {kind!r}; captured kinds: {sorted(self._n_layers)}")
-        n = self._n_layers[kind]
-        if not -n <= layer < n:
-            raise KeyError(f"layer {layer} out of range for {kind!r}, which has {n} layers")
-        layer = layer % n
-        full = (kind, layer, field)
-        if full not in self._store:
-            raise KeyError(
-                f"{full} was not recorded: run the model inside the context, and ask for it "
-                "(layers=..., scores=True, qkv=True or resid=True)"
-            )
-        return full
-
-    def __getitem__(self, key: Any) -> Tensor:
-        return self._store[self._key(key)][-1]
-
-    def calls(self, kind: str, layer: int, field: str = "pattern") -> list[Tensor]:
-        """Every recorded call of one block, in order."""
-        return list(self._store[self._key((kind, layer, field))])
-
-    def __contains__(self, key: Any) -> bool:
-        try:
-            self._key(key)
-        except KeyError:
-            return False
-        return True
-
-    def keys(self) -> list[tuple[str, int, str]]:
-        return sorted(self._store)
-
-    def layers(self, kind: str) -> list[int]:
-        return sorted({layer for (k, layer, _) in self._store if k == kind})
-
-    def stack(self, kind: str, field: str = "pattern") -> Tensor:
-        """All layers of one kind stacked: (L, B, H, Tq, Tk) for patterns."""
-        return torch.stack([self[kind, layer, field] for layer in self.layers(kind)])
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-    def __repr__(self) -> str:
-        return f"AttentionCache({len(self._store)} entries: {self.keys()[:6]}{'...' if len(self) > 6 else ''})"
+    def _missing(self, name: str) -> str:
+        return (f"{name!r} was not recorded: run the model inside the context, and ask for it (kinds=..., layers=..., "
+                f"scores=True, qkv=True or resid=True); recorded: {describe_sites(self) or 'nothing'}")
 
 
 def _resolve_layers(layers: Sequence[int] | int | None, n: int) -> set[int]:
@@ -154,45 +97,53 @@ def capture_attention(
 
     Args:
         model: a :class:`~workbench.model.Transformer` or :class:`~workbench.rnn.RNNSeq2Seq`.
-        kinds: subset of ``("enc_self", "dec_self", "cross", "rnn_cross")``; None records every kind present.
+        kinds: subset of ``("enc.self", "dec.self", "dec.cross")`` (and ``"enc.resid"``, ``"dec.resid"``); None
+            records every attention the model has (the GRU baseline's one attention is ``"dec.cross"``).
         layers: layer indices to record (negatives count from the end); None records all.
         scores: also record the scaled pre-softmax scores ``QK^T / sqrt(d_k)`` (before masking).
         qkv: also record per-head queries, keys and values (B, H, T, d_head); values (B, H, T, d_v).
-        resid: also record the residual stream after each layer (``"resid_enc"``, ``"resid_dec"``).
+        resid: also record the residual stream after each layer (``"enc.resid"``, ``"dec.resid"``).
 
     Yields:
         An :class:`AttentionCache`, filled as the model runs; tensors are detached CPU copies.
+
+    Raises:
+        SiteNameError: an unknown kind, or one this model does not have (the message lists the valid ones).
     """
     blocks = list(sites(model))
     present: dict[str, int] = {}
-    for kind, layer, _ in blocks:
+    for kind, layer, _, _ in blocks:
         present[kind] = max(present.get(kind, 0), layer + 1)
-    wanted = set(present) if kinds is None else set(kinds)
-    unknown = wanted - set(KINDS) - set(RESID_KINDS)
+    asked: set[str] = set()
+    unknown = []
+    for kind in kinds or ():
+        try:
+            asked.add(kind_name(kind, ATTENTION_KINDS + RESID_KINDS))
+        except SiteNameError:
+            unknown.append(kind)
     if unknown:
-        raise ValueError(f"unknown attention kinds {sorted(unknown)}: choose from {KINDS}")
-    missing = {k for k in wanted if k not in present and k not in RESID_KINDS}
-    if missing and kinds is not None:
-        raise ValueError(f"this model has no {sorted(missing)} attention; it has {sorted(k for k in present if k in KINDS)}")
+        raise SiteNameError(f"unknown attention kinds {unknown}: choose from {', '.join(ATTENTION_KINDS + RESID_KINDS)}")
+    missing = sorted(k for k in asked if k not in present and k not in RESID_KINDS)
+    if missing:
+        raise SiteNameError(f"this model has no {missing} attention; it has "
+                            f"{sorted(k for k in present if k in ATTENTION_KINDS)}")
+    wanted = {k for k in present if k in ATTENTION_KINDS} if kinds is None else asked
     if resid:
         wanted |= {k for k in present if k in RESID_KINDS}
-    else:
-        wanted -= set(RESID_KINDS)
-    cache = AttentionCache({k: n for k, n in present.items() if k in wanted})
-    fields = ["pattern"] + (["scores"] if scores else []) + (["q", "k", "v"] if qkv else [])
+    cache = AttentionCache(present)
+    fields = {"pattern"} | ({"scores"} if scores else set()) | ({"q", "k", "v"} if qkv else set())
     handles = []
     try:
-        for kind, layer, module in blocks:
+        for kind, layer, name, point in blocks:
             if kind not in wanted or layer not in _resolve_layers(layers, present[kind]):
                 continue
-            names = ["resid"] if kind in RESID_KINDS else fields
-            for field in names:
-                hook = getattr(module, f"hook_{field}")
+            if kind in ATTENTION_KINDS and split_site(name)[2] not in fields:
+                continue
 
-                def record(_m: nn.Module, _inp: Any, out: Tensor, kind=kind, layer=layer, field=field) -> None:
-                    cache._record(kind, layer, field, out)
+            def record(_m: nn.Module, _inp: Any, out: Tensor, name: str = name) -> None:
+                cache._record(name, out)
 
-                handles.append(hook.register_forward_hook(record))
+            handles.append(point.register_forward_hook(record))
         with full_precision():  # what the inspector shows is fp32, whatever precision a surrounding run uses
             yield cache
     finally:

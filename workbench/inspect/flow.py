@@ -79,7 +79,7 @@ def attention_rollout(layers: Sequence[Tensor] | Tensor, residual: bool = True, 
     """Attention rollout ``R = Â_L ... Â_1`` through a stack of self-attention layers (bottom layer first).
 
     Args:
-        layers: per-layer attention weights, e.g. ``[cache["enc_self", l][0] for l in range(L)]``.
+        layers: per-layer attention weights, e.g. ``[cache["enc.self", l][0] for l in range(L)]``.
         residual: add the identity for the residual connection (the paper's recipe); False multiplies raw ``A``.
         average_heads: the inputs carry a head axis to average; False if already (..., T, T).
         cumulative: also return every partial product (the rollout up to each layer).
@@ -164,11 +164,11 @@ def rollout_from_cache(cache: Any, index: int = 0) -> DecoderRollout:
 
     The cache must hold a teacher-forced pass (e.g. ``inspect_translation(...).cache``) with all three kinds.
     """
-    kinds = [k for k in ("enc_self", "dec_self", "cross") if not cache.layers(k)]
+    kinds = [k for k in ("enc.self", "dec.self", "dec.cross") if not cache.layers(k)]
     if kinds:
         raise FlowInputError(f"the cache holds no {kinds} attention: capture every kind of a teacher-forced pass")
-    return decoder_rollout(_cache_layers(cache, "enc_self", index), _cache_layers(cache, "dec_self", index),
-                           _cache_layers(cache, "cross", index))
+    return decoder_rollout(_cache_layers(cache, "enc.self", index), _cache_layers(cache, "dec.self", index),
+                           _cache_layers(cache, "dec.cross", index))
 
 
 # -- attention flow (max-flow) ------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def _single(mats: list[Tensor], name: str) -> None:
     for i, a in enumerate(mats):
         if a.dim() != 2:
             raise FlowInputError(f"attention flow takes one sentence: {name}[{i}] has shape {tuple(a.shape)} after "
-                                 "averaging heads; index the batch first (e.g. cache['enc_self', l][0])")
+                                 "averaging heads; index the batch first (e.g. cache['enc.self', l][0])")
 
 
 def attention_flow(layers: Sequence[Tensor] | Tensor, residual: bool = True, average_heads: bool = True,

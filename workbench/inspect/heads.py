@@ -16,8 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from workbench.inspect.intervene import attention_blocks
+from workbench.model.sites import KindDict, kind_key
 
-HeadKey = tuple[str, int]  # (kind, layer), kind in "enc_self", "dec_self", "cross"
+HeadKey = tuple[str, int]  # (kind, layer), kind in "enc.self", "dec.self", "dec.cross" (workbench.model.sites)
 
 
 def _valid_rows(weights: Tensor) -> Tensor:
@@ -87,6 +88,7 @@ def gate_heads(model: nn.Module, gates: dict[HeadKey, Tensor]) -> Iterator[dict[
     handles = []
     try:
         for key, gate in gates.items():
+            key = kind_key(key)  # an old kind spelling ("cross") warns
             if key not in blocks:
                 raise KeyError(f"no attention block {key}; the model has {sorted(blocks)}")
 
@@ -129,7 +131,7 @@ def head_importance(model: nn.Module, batches: Iterable[Any], pad_id: int, norma
         model.train(was_training)
     if normalise:
         total = {k: v / v.norm().clamp_min(1e-12) for k, v in total.items()}
-    return total
+    return KindDict(total)
 
 
 def prune_order(importance: dict[HeadKey, Tensor]) -> list[tuple[str, int, int]]:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from workbench.errors import InputTextError
 from workbench.inspect.capture import AttentionCache, capture_attention
+from workbench.model.sites import ATTENTION_KINDS, kind_name
 from workbench.translation.decode import DECODING, beam_search, greedy_decode
 
 
@@ -28,19 +29,20 @@ class Inspection:
     src_tokens: list[str]  # subword tokens of the source (eos included): encoder keys and queries
     tgt_tokens: list[str]  # decoder input tokens (bos, y1 .. y_{n-1}): decoder queries and self-attention keys
     out_tokens: list[str]  # the token each decoder position produced (y1 .. yn, eos included)
-    cache: AttentionCache  # cache["enc_self" | "dec_self" | "cross", layer] -> (1, H, Tq, Tk)
+    cache: AttentionCache  # cache["enc.self" | "dec.self" | "dec.cross", layer] -> (1, H, Tq, Tk)
     src_ids: list[int] = field(default_factory=list)  # ids of src_tokens
     out_ids: list[int] = field(default_factory=list)  # ids of out_tokens (y1 .. yn, eos); decoder input: [bos, *out_ids[:-1]]
 
     def weights(self, kind: str, layer: int) -> Tensor:
-        """Shapes: -> (H, Tq, Tk) for this sentence."""
+        """One layer's weights, ``kind`` in ``("enc.self", "dec.self", "dec.cross")``. Shapes: -> (H, Tq, Tk)."""
         return self.cache[kind, layer][0]
 
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
-        """(query labels, key labels) for an attention kind."""
-        if kind == "enc_self":
+        """(query labels, key labels) for an attention kind (``"enc.self"``, ``"dec.self"``, ``"dec.cross"``)."""
+        kind = kind_name(kind, ATTENTION_KINDS, what="attention kind")
+        if kind == "enc.self":
             return self.src_tokens, self.src_tokens
-        if kind == "dec_self":
+        if kind == "dec.self":
             return self.tgt_tokens, self.tgt_tokens
         return self.out_tokens, self.src_tokens
 
@@ -95,7 +97,7 @@ def to_bertviz(cache: AttentionCache, src_tokens: Sequence[str], tgt_tokens: Seq
             raise KeyError(f"no {kind!r} attention captured: run the model inside capture_attention(model)")
         return stacked
 
-    enc, dec, cross = layers("enc_self"), layers("dec_self"), layers("cross")
+    enc, dec, cross = layers("enc.self"), layers("dec.self"), layers("dec.cross")
     if enc[0].shape[-1] != len(src_tokens) or dec[0].shape[-1] != len(tgt_tokens):
         raise ValueError(
             f"token lists do not match the captured attention: {len(src_tokens)} source tokens for "

@@ -10,15 +10,16 @@ exit (also when the body raises):
 * ``mode="mean"``: by the head's mean output over a reference set (:func:`head_means`), which keeps the
   average signal the next layers expect and removes only what depends on the input.
 
-    with ablate_heads(model, [("cross", 2, 5), ("enc_self", 0, 1)]):
+    with ablate_heads(model, [("dec.cross", 2, 5), ("enc.self", 0, 1)]):
         logits = model(src, tgt_in)
-    with ablate_heads(model, [("cross", 2, None)]):  # every head of decoder layer 2's cross-attention
+    with ablate_heads(model, [("dec.cross", 2, None)]):  # every head of decoder layer 2's cross-attention
         ...
     means = head_means(model, batches)
-    with ablate_heads(model, [("dec_self", 1, 3)], mode="mean", means=means):
+    with ablate_heads(model, [("dec.self", 1, 3)], mode="mean", means=means):
         ...
 
-Heads are ``(kind, layer, head)`` with kind in ``("enc_self", "dec_self", "cross")``; negative layers and heads
+Heads are ``(kind, layer, head)`` with kind in ``("enc.self", "dec.self", "dec.cross")`` (the kinds of
+:mod:`workbench.model.sites`; the old ``"enc_self"``, ``"dec_self"``, ``"cross"`` warn); negative layers and heads
 count from the end, ``head=None`` means the whole layer. Interventions act on every forward pass inside the
 block: teacher forcing, greedy and beam search with or without the key/value cache.
 """
@@ -34,23 +35,26 @@ import torch
 from torch import Tensor, nn
 
 from workbench.errors import InterventionError
-from workbench.inspect.capture import AttentionCache, capture_attention, sites
+from workbench.inspect.capture import AttentionCache, capture_attention
 from workbench.model.hook_points import HookPoint
+from workbench.model.sites import ATTENTION_KINDS, KindDict, kind_name, site_name, split_site
 from workbench.runtime import full_precision
 
-HEAD_KINDS = ("enc_self", "dec_self", "cross")
+HEAD_KINDS = ATTENTION_KINDS  # ("enc.self", "dec.self", "dec.cross")
 ABLATION_MODES = ("zero", "mean")
 BlockKey = tuple[str, int]  # (kind, layer)
 Head = tuple[str, int, int]  # (kind, layer, head)
 
 
 def attention_blocks(model: nn.Module) -> dict[BlockKey, nn.Module]:
-    """Every multi-head block of a Transformer by (kind, layer), found by its name in ``named_modules()``."""
-    return {
-        (kind, layer): module
-        for kind, layer, module in sites(model)
-        if kind in HEAD_KINDS and isinstance(getattr(module, "hook_z", None), HookPoint)
-    }
+    """Every multi-head block of a Transformer by (kind, layer), e.g. ``("dec.cross", 0)``: the blocks with a
+    ``hook_z`` point, named by the site of that point (``dec.0.cross.z``)."""
+    blocks = KindDict()
+    for path, module in model.named_modules():
+        if isinstance(getattr(module, "hook_z", None), HookPoint):
+            kind, layer, _ = split_site(site_name(f"{path}.hook_z" if path else "hook_z"))
+            blocks[(kind, layer)] = module
+    return blocks
 
 
 def _index(value: Any, n: int, what: str, where: str) -> int:
@@ -83,11 +87,10 @@ def resolve_heads(model: nn.Module, heads: Iterable[tuple[str, int, int | None]]
     chosen: dict[BlockKey, set[int]] = {}
     for item in heads:
         if not isinstance(item, tuple | list) or len(item) != 3:
-            raise InterventionError(f"{item!r} is not a (kind, layer, head) triple: e.g. ('cross', 0, 1), or "
-                                    "('cross', 0, None) for every head of a layer")
+            raise InterventionError(f"{item!r} is not a (kind, layer, head) triple: e.g. ('dec.cross', 0, 1), or "
+                                    "('dec.cross', 0, None) for every head of a layer")
         kind, layer, head = item
-        if kind not in HEAD_KINDS:
-            raise InterventionError(f"unknown attention kind {kind!r} in {tuple(item)!r}: choose from {HEAD_KINDS}")
+        kind = kind_name(kind, HEAD_KINDS, what="attention kind")
         if kind not in n_layers:
             raise InterventionError(f"this model has no {kind!r} attention; it has {sorted(n_layers)}")
         layer = _index(layer, n_layers[kind], "layer", f"{tuple(item)!r} ({kind!r} layers)")
@@ -141,6 +144,7 @@ def ablate_heads(
     grouped = resolve_heads(model, heads)
     blocks = attention_blocks(model)
     if mode == "mean":
+        means = KindDict(means) if means is not None else None  # old kind spellings in the keys warn
         _check_means(means, grouped, blocks)
     handles = []
     try:
@@ -202,7 +206,7 @@ def head_means(model: nn.Module, batches: Iterable[Any]) -> dict[BlockKey, Tenso
     try:
         for key, block in blocks.items():
             def record(_m: nn.Module, _inp: Any, z: Tensor, key: BlockKey = key) -> None:
-                real = query_mask["src" if key[0] == "enc_self" else "tgt"]  # (B, Tq)
+                real = query_mask["src" if key[0] == "enc.self" else "tgt"]  # (B, Tq)
                 weights = real[:, None, :, None].to(z.dtype)  # (B, 1, Tq, 1)
                 sums[key] += (z * weights).sum((0, 2)).double().cpu()  # (H, d_v)
                 counts[key] += int(real.sum())
@@ -218,7 +222,7 @@ def head_means(model: nn.Module, batches: Iterable[Any]) -> dict[BlockKey, Tenso
         model.train(was_training)
     if not any(counts.values()):
         raise InterventionError("head_means saw no tokens: pass a non-empty list of batches")
-    return {key: (sums[key] / max(1, counts[key])).float() for key in blocks}
+    return KindDict({key: (sums[key] / max(1, counts[key])).float() for key in blocks})
 
 
 # -- re-translating under an intervention (what the inspector runs on every toggle) --------------------------------

@@ -5,7 +5,9 @@ information a translation needs is carried: run the model on one input (say the 
 "seinem" became "ihrem"), and at one *site* substitute the activation the model had on another input (the
 *clean* source). If the clean answer comes back, that site carried it.
 
-Sites are named after the module they tap (:func:`site_names` lists a model's):
+Sites have the names of :mod:`workbench.model.sites`, the one scheme of capture, caches, interventions and
+patching (:func:`site_names` lists the ones a model can patch; a hook point's module path such as
+``encoder_layers.2.hook_resid`` is accepted for the same site):
 
 =========================  ======================  ===========================================================
 site                       shape                   what it is
@@ -18,6 +20,7 @@ site                       shape                   what it is
 ``dec.{l}.cross.k``        (B, H, S, d_head)       the memory decoder layer ``l`` reads: its cross keys ...
 ``dec.{l}.cross.v``        (B, H, S, d_v)          ... and values, one row per source position
 ``dec.{l}.cross.z``        (B, H, T, d_v)          heads of decoder layer ``l``'s encoder-decoder attention
+``dec.{l}.memory``         (group)                 the memory layer ``l`` reads: ``dec.{l}.cross.k`` and ``.v``
 ``dec.{l}.resid``          (B, T, d_model)         the decoder residual stream after layer ``l``
 =========================  ======================  ===========================================================
 
@@ -54,6 +57,8 @@ import torch
 from torch import Tensor, nn
 
 from workbench.errors import PatchingError
+from workbench.inspect.site_cache import SiteCache
+from workbench.model.sites import expand_site, model_sites, site_name
 
 __all__ = [
     "ActivationCache", "Site", "activation_sites", "cache_activations", "patch", "patch_plans", "patched_greedy",
@@ -62,7 +67,7 @@ __all__ = [
 
 
 def _is_head_site(name: str) -> bool:
-    return name.endswith((".z", ".k", ".v"))
+    return name.endswith((".z", ".k", ".v", ".memory"))
 
 
 def _pos_axis(name: str) -> int:
@@ -85,19 +90,14 @@ def activation_sites(model: nn.Module) -> dict[str, nn.Module]:
         raise PatchingError(f"{type(model).__name__} is not a workbench encoder-decoder Transformer: patching needs "
                             "encoder_layers, decoder_layers and src_embed/tgt_embed (build it with build_model, load "
                             "it with wb.pretrained or wb.load_model)")
-    out: dict[str, nn.Module] = {"enc.embed": model.src_embed}
+    every = model_sites(model)
+    names = ["enc.embed"]
     for layer in range(len(model.encoder_layers)):
-        out[f"enc.{layer}.self.z"] = model.get_submodule(f"encoder_layers.{layer}.self_attn.hook_z")
-        out[f"enc.{layer}.resid"] = model.get_submodule(f"encoder_layers.{layer}.hook_resid")
-    out["dec.embed"] = model.tgt_embed
+        names += [f"enc.{layer}.self.z", f"enc.{layer}.resid"]
+    names.append("dec.embed")
     for layer in range(len(model.decoder_layers)):
-        block = f"decoder_layers.{layer}"
-        out[f"dec.{layer}.self.z"] = model.get_submodule(f"{block}.self_attn.hook_z")
-        out[f"dec.{layer}.cross.k"] = model.get_submodule(f"{block}.cross_attn.hook_k")
-        out[f"dec.{layer}.cross.v"] = model.get_submodule(f"{block}.cross_attn.hook_v")
-        out[f"dec.{layer}.cross.z"] = model.get_submodule(f"{block}.cross_attn.hook_z")
-        out[f"dec.{layer}.resid"] = model.get_submodule(f"{block}.hook_resid")
-    return out
+        names += [f"dec.{layer}.{x}" for x in ("self.z", "cross.k", "cross.v", "cross.z", "resid")]
+    return {name: every[name] for name in names}  # in the order the forward pass meets them
 
 
 def site_names(model: nn.Module) -> list[str]:
@@ -157,6 +157,7 @@ class Site:
     head: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "name", site_name(self.name))  # any accepted spelling -> the canonical name
         for field in ("pos", "head"):
             value = getattr(self, field)
             if isinstance(value, list):
@@ -182,9 +183,11 @@ def _as_site(item: Any) -> Site:
                         "a tuple (name, pos[, head])")
 
 
-class ActivationCache(Mapping):
+class ActivationCache(SiteCache):
     """Activations of one run, site name -> detached tensor on the model's device (see the module table).
 
+    A :class:`~workbench.inspect.site_cache.SiteCache`, like capture's :class:`~workbench.inspect.capture.AttentionCache`:
+    ``cache["enc.2.resid"]``, ``cache["enc.resid", 2]`` and ``cache["encoder_layers.2.hook_resid"]`` are one tensor.
     Also keeps the run's inputs (``src``, ``tgt``), its ``logits`` (B, T, V), the model's signature and the
     fingerprint of its weights (:func:`weights_fingerprint`), so that :func:`patch` refuses a cache from another
     architecture, and from a model with other weights unless asked.
@@ -192,23 +195,18 @@ class ActivationCache(Mapping):
 
     def __init__(self, store: dict[str, Tensor], src: Tensor, tgt: Tensor, logits: Tensor,
                  signature: dict[str, Any], fingerprint: str | None = None) -> None:
-        self._store, self.src, self.tgt, self.logits, self.signature = store, src, tgt, logits, signature
+        cfg = signature.get("cfg") if isinstance(signature.get("cfg"), dict) else {}
+        n_enc, n_dec = cfg.get("n_enc_layers"), cfg.get("n_dec_layers")
+        super().__init__({k: n for k, n in (("enc.resid", n_enc), ("enc.self", n_enc), ("dec.resid", n_dec),
+                                            ("dec.self", n_dec), ("dec.cross", n_dec)) if isinstance(n, int)})
+        for name, value in store.items():
+            self._record(site_name(name), value)
+        self.src, self.tgt, self.logits, self.signature = src, tgt, logits, signature
         self.fingerprint = fingerprint  # of the weights of the model that ran (None: not recorded, not checked)
-
-    def __getitem__(self, name: str) -> Tensor:
-        if name not in self._store:
-            raise PatchingError(f"unknown site {name!r}; this cache has: {', '.join(self._store)}")
-        return self._store[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._store)
-
-    def __len__(self) -> int:
-        return len(self._store)
 
     def __repr__(self) -> str:
         return (f"ActivationCache({len(self)} sites, src {tuple(self.src.shape)}, tgt {tuple(self.tgt.shape)}: "
-                f"{', '.join(list(self._store)[:4])}, ...)")
+                f"{', '.join(list(self)[:4])}, ...)")
 
 
 def _offset_tracker(model: nn.Module, state: dict[str, int]) -> Any:
@@ -234,7 +232,7 @@ def cache_activations(model: nn.Module, src: Tensor, tgt: Tensor, sites: Iterabl
         An :class:`ActivationCache`; ``cache.logits`` (B, T, V) are the run's logits.
     """
     known = activation_sites(model)
-    wanted = list(known) if sites is None else [_check_name(name, known) for name in sites]
+    wanted = list(known) if sites is None else [_check_name(part, known) for name in sites for part in _expand(name)]
     store: dict[str, Tensor] = {}
     handles = []
     was_training = model.training
@@ -255,9 +253,13 @@ def cache_activations(model: nn.Module, src: Tensor, tgt: Tensor, sites: Iterabl
 
 
 def _check_name(name: Any, known: Mapping[str, Any]) -> str:
-    if name not in known:
-        raise PatchingError(f"unknown site {name!r}: this model's sites are {', '.join(known)}")
-    return name
+    """The canonical name of a patchable site (:func:`~workbench.model.sites.site_name`, restricted to ``known``)."""
+    return site_name(name, valid=known)
+
+
+def _expand(name: Any) -> list[Any]:
+    """A group (``dec.{l}.memory``) as its member sites; anything else as it is."""
+    return expand_site(name) if isinstance(name, str) and name.endswith(".memory") else [name]
 
 
 def _index_mask(spec: int | tuple[int, ...] | None, n: int, what: str, site: str) -> Tensor:
@@ -403,7 +405,8 @@ def patch(model: nn.Module, cache: ActivationCache, sites: Iterable[str | Site |
                             "allow_other_model=True to patch across models on purpose")
     if isinstance(sites, str | Site):
         sites = [sites]
-    chosen = [_as_site(item) for item in sites]
+    chosen = [dataclasses.replace(site, name=part) for item in sites for site in [_as_site(item)]
+              for part in _expand(site.name)]
     known = activation_sites(model)
     plans: dict[str, _Plan] = {}
     for site in chosen:
@@ -445,9 +448,7 @@ def patch_plans(model: nn.Module, values: Mapping[str, tuple[Tensor, Tensor | No
         (N, ...), or None for every element
     """
     known = activation_sites(model)
-    for name in values:
-        _check_name(name, known)
-    return _patched(model, {name: _Plan(src, mask) for name, (src, mask) in values.items()})
+    return _patched(model, {_check_name(name, known): _Plan(src, mask) for name, (src, mask) in values.items()})
 
 
 def positions_differing(a: Sequence[int], b: Sequence[int]) -> list[int]:

@@ -39,15 +39,17 @@ from workbench.inspect.patching import (
     cache_activations,
     patch_plans,
 )
+from workbench.model.sites import ATTENTION_KINDS, expand_site, kind_name
 
 __all__ = [
     "DIRECTIONS", "HEAD_FAMILIES", "POSITION_FAMILIES", "GaussianNoise", "LogitDiff", "PatchingResult",
-    "PreparedPair", "path_patching", "prepare_pair", "sweep_heads", "sweep_position_groups", "sweep_positions",
+    "PreparedPair", "path_patching", "position_family", "prepare_pair", "sweep_heads", "sweep_position_groups",
+    "sweep_positions",
 ]
 
 DIRECTIONS = ("clean->corrupted", "corrupted->clean")
-POSITION_FAMILIES = ("resid_enc", "memory", "resid_dec")
-HEAD_FAMILIES = ("enc_self", "dec_self", "cross")
+POSITION_FAMILIES = ("enc.resid", "dec.memory", "dec.resid")  # kinds of workbench.model.sites
+HEAD_FAMILIES = ATTENTION_KINDS  # ("enc.self", "dec.self", "dec.cross"): the heads' outputs, sites *.z
 
 
 @dataclass(frozen=True)
@@ -289,27 +291,33 @@ def _donor(pair: PreparedPair, direction: str) -> ActivationCache:
 
 
 def _family_rows(model: nn.Module, family: str) -> list[tuple[str, list[str]]]:
-    """(row label, sites patched together) of a layer x position family."""
+    """(row label, sites patched together) of a layer x position family (a kind, :func:`position_family`)."""
     n_enc, n_dec = len(model.encoder_layers), len(model.decoder_layers)
-    if family == "resid_enc":
+    family = position_family(family)
+    if family == "enc.resid":
         return [("embed", ["enc.embed"])] + [(f"enc {i}", [f"enc.{i}.resid"]) for i in range(n_enc)]
-    if family == "resid_dec":
+    if family == "dec.resid":
         return [("embed", ["dec.embed"])] + [(f"dec {i}", [f"dec.{i}.resid"]) for i in range(n_dec)]
-    if family == "memory":
-        return [(f"dec {i}", [f"dec.{i}.cross.k", f"dec.{i}.cross.v"]) for i in range(n_dec)]
-    raise PatchingError(f"unknown layer x position family {family!r}: choose from {POSITION_FAMILIES}")
+    return [(f"dec {i}", expand_site(f"dec.{i}.memory")) for i in range(n_dec)]
+
+
+def position_family(family: str) -> str:
+    """A layer x position family's name: ``"enc.resid"``, ``"dec.memory"`` or ``"dec.resid"`` (the old ``"resid_enc"``,
+    ``"memory"``, ``"resid_dec"`` warn); another name raises :class:`~workbench.errors.SiteNameError`."""
+    return kind_name(family, POSITION_FAMILIES, what="layer x position family")
 
 
 def sweep_positions(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise,
                     tgt: Tensor | tuple[Tensor, Tensor],
-                    metric: LogitDiff, family: str = "resid_enc", direction: str = "clean->corrupted",
+                    metric: LogitDiff, family: str = "enc.resid", direction: str = "clean->corrupted",
                     src_tokens: Sequence[str] | None = None, tgt_tokens: Sequence[str] | None = None,
                     batch_size: int = 256, prepared: PreparedPair | None = None) -> PatchingResult:
     """Patch one (layer, position) at a time, every cell a row of one batched run.
 
-    Families: ``"resid_enc"`` (source embedding + encoder residual stream after each layer, per source position),
-    ``"memory"`` (the keys and values each decoder layer's cross-attention reads, per source position), and
-    ``"resid_dec"`` (target embedding + decoder residual stream, per target position).
+    Families (kinds of :mod:`workbench.model.sites`): ``"enc.resid"`` (source embedding + encoder residual stream
+    after each layer, per source position), ``"dec.memory"`` (the memory keys and values each decoder layer's
+    cross-attention reads, per source position), and ``"dec.resid"`` (target embedding + decoder residual stream,
+    per target position).
 
     Args:
         clean_src: (S,) or (1, S) ids; corrupted: the minimal pair's ids (same length) or a :class:`GaussianNoise`.
@@ -321,9 +329,10 @@ def sweep_positions(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gau
     Returns:
         :class:`PatchingResult` with axes ``("layer", "src_pos")`` or ``("layer", "tgt_pos")``.
     """
+    family = position_family(family)
     pair = prepared or _prepare(model, clean_src, corrupted, tgt, metric)
     rows = _family_rows(model, family)
-    side = "tgt_pos" if family == "resid_dec" else "src_pos"
+    side = "tgt_pos" if family == "dec.resid" else "src_pos"
     n_pos = pair.tgt.shape[1] if side == "tgt_pos" else pair.clean_src.shape[1]
     donor = _donor(pair, direction)
     n = len(rows) * n_pos
@@ -349,7 +358,7 @@ def sweep_positions(model: nn.Module, clean_src: Tensor, corrupted: Tensor | Gau
 
 def sweep_position_groups(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise,
                           tgt: Tensor | tuple[Tensor, Tensor], metric: LogitDiff, groups: dict[str, Sequence[int]],
-                          family: str = "resid_enc", direction: str = "clean->corrupted", batch_size: int = 256,
+                          family: str = "enc.resid", direction: str = "clean->corrupted", batch_size: int = 256,
                           prepared: PreparedPair | None = None) -> PatchingResult:
     """Like :func:`sweep_positions`, but each column patches a named group of positions at once.
 
@@ -358,9 +367,10 @@ def sweep_position_groups(model: nn.Module, clean_src: Tensor, corrupted: Tensor
     Returns:
         :class:`PatchingResult` with axes ``("layer", "group")``.
     """
+    family = position_family(family)
     pair = prepared or _prepare(model, clean_src, corrupted, tgt, metric)
     rows = _family_rows(model, family)
-    n_pos = pair.tgt.shape[1] if family == "resid_dec" else pair.clean_src.shape[1]
+    n_pos = pair.tgt.shape[1] if family == "dec.resid" else pair.clean_src.shape[1]
     if not groups:
         raise PatchingError("no groups of positions given: pass {name: [positions]}")
     cols = list(groups)
@@ -386,21 +396,21 @@ def sweep_position_groups(model: nn.Module, clean_src: Tensor, corrupted: Tensor
 
 
 def _head_site(family: str, layer: int) -> str:
-    return {"enc_self": f"enc.{layer}.self.z", "dec_self": f"dec.{layer}.self.z", "cross": f"dec.{layer}.cross.z"}[family]
+    stack, attention = family.split(".")  # "dec.cross" -> dec.{layer}.cross.z
+    return f"{stack}.{layer}.{attention}.z"
 
 
 def sweep_heads(model: nn.Module, clean_src: Tensor, corrupted: Tensor | GaussianNoise, tgt: Tensor | tuple[Tensor, Tensor],
-                metric: LogitDiff, family: str = "cross", direction: str = "clean->corrupted",
+                metric: LogitDiff, family: str = "dec.cross", direction: str = "clean->corrupted",
                 batch_size: int = 256, prepared: PreparedPair | None = None) -> PatchingResult:
-    """Patch one head's output (all positions) at a time: ``"enc_self"``, ``"dec_self"`` or ``"cross"`` heads.
+    """Patch one head's output (all positions) at a time: ``"enc.self"``, ``"dec.self"`` or ``"dec.cross"`` heads.
 
     Returns:
         :class:`PatchingResult` with axes ``("layer", "head")``.
     """
-    if family not in HEAD_FAMILIES:
-        raise PatchingError(f"unknown layer x head family {family!r}: choose from {HEAD_FAMILIES}")
+    family = kind_name(family, HEAD_FAMILIES, what="layer x head family")
     pair = prepared or _prepare(model, clean_src, corrupted, tgt, metric)
-    n_layers = len(model.encoder_layers if family == "enc_self" else model.decoder_layers)
+    n_layers = len(model.encoder_layers if family == "enc.self" else model.decoder_layers)
     donor = _donor(pair, direction)
     n_heads = donor[_head_site(family, 0)].shape[1]
     n = n_layers * n_heads

@@ -19,9 +19,10 @@ from torch import Tensor, nn
 from workbench.errors import InputTextError
 from workbench.inspect.align import word_spans
 from workbench.inspect.inspection import Inspection, inspect_translation
+from workbench.model.sites import KindDict
 
 EN_PRONOUNS = frozenset({"he", "she", "it", "they", "him", "her"})
-KINDS = ("enc_self", "cross")
+KINDS = ("enc.self", "dec.cross")
 
 
 def words_of(tokens: Sequence[str]) -> tuple[list[int], list[str]]:
@@ -66,8 +67,8 @@ class PronounReading:
 
     def best_cross_row(self) -> Tensor:
         """The cross-attention head with the largest weight on the antecedent, on every output token: (T_out, S)."""
-        layer, head = self.stats("cross")["best_head"]
-        return self.inspection.weights("cross", layer)[head]
+        layer, head = self.stats("dec.cross")["best_head"]
+        return self.inspection.weights("dec.cross", layer)[head]
 
     def antecedent_weight_elsewhere(self) -> float:
         """That head's mean weight on the antecedent from the output tokens other than the pronoun."""
@@ -105,8 +106,8 @@ def pronoun_attention(model: nn.Module, tokenizer: Any, sentence: str, anteceden
                              "renders with one")
     ante = [i for i, w in enumerate(src_spans) if w == ante_w]
     de_q, en_q = src_spans.index(pron_w), out_spans.index(en_w)
-    rows = {"enc_self": (de_q, len(ins.cache.layers("enc_self"))), "cross": (en_q, len(ins.cache.layers("cross")))}
-    on_ante, most = {}, {}
+    rows = {"enc.self": (de_q, len(ins.cache.layers("enc.self"))), "dec.cross": (en_q, len(ins.cache.layers("dec.cross")))}
+    on_ante, most = KindDict(), KindDict()  # kind -> (L, H); an old kind spelling ("cross") warns
     for kind, (q, n_layers) in rows.items():
         w = torch.stack([ins.weights(kind, layer)[:, q] for layer in range(n_layers)])  # (L, H, S)
         on_ante[kind] = w[..., ante].sum(-1)  # (L, H)

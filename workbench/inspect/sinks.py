@@ -3,8 +3,9 @@
 Many heads park weight on tokens that carry little content (Xiao et al., 2024 call them *attention sinks*; in
 translation models end-of-sentence tokens and punctuation take much of the cross-attention). Reading such a head's
 weights as a word alignment then fails for a reason unrelated to alignment. :func:`sink_audit` measures it for every
-head of every attention kind the model has (``enc_self``, ``dec_self``, ``cross``; the recurrent baseline's one
-``rnn_cross``), on teacher-forced (source, reference) pairs:
+head of every attention kind the model has (``enc.self``, ``dec.self``, ``dec.cross``; labelled ``enc_self``,
+``dec_self``, ``cross`` and, for the recurrent baseline's one attention, ``rnn_cross`` in the table this release),
+on teacher-forced (source, reference) pairs:
 
 * the share of each query's weight on each *key category*, averaged over a sentence's real query positions, then
   over sentences, with percentile bootstrap intervals over sentences. Every real key position falls in exactly one
@@ -39,6 +40,7 @@ from torch import Tensor, nn
 from workbench.errors import DataError, InterventionError
 from workbench.inspect.align import ibm1, ibm1_align, word_spans
 from workbench.inspect.capture import capture_attention
+from workbench.model.sites import ATTENTION_KINDS, split_site
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,11 @@ def key_categories(tokens: Sequence[str], ids: Sequence[int], eos_id: int) -> li
     return out
 
 
+# The table's "kind" column keeps the labels lessons and saved results use this release; the kinds of
+# workbench.model.sites (enc.self, dec.self, dec.cross) are what every function takes.
+TABLE_LABELS = {"enc.self": "enc_self", "dec.self": "dec_self", "dec.cross": "cross"}
+LABEL_KINDS = {**{label: kind for kind, label in TABLE_LABELS.items()}, "rnn_cross": "dec.cross"}
+
 @dataclass
 class SinkAudit:
     """What :func:`sink_audit` found.
@@ -79,7 +86,7 @@ class SinkAudit:
     ``ablation`` holds the BLEU figures (empty when not run), ``per_sentence`` the (N, H, 4) shares per block.
     """
 
-    table: pd.DataFrame
+    table: pd.DataFrame  # kind column: the labels of TABLE_LABELS (enc_self, dec_self, cross, rnn_cross) this release
     ablation: dict[str, Any] = field(default_factory=dict)
     per_sentence: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
     n_sentences: int = 0
@@ -133,6 +140,7 @@ def _bleu_with(model: nn.Module, tokenizer: Any, sources: list[str], refs: list[
     from workbench.translation.metrics import corpus_bleu
 
     if heads:
+        heads = [(LABEL_KINDS[k], layer, h) for k, layer, h in heads]  # table labels -> site kinds
         with ablate_heads(model, heads, mode=mode, means=means):
             hyps = translate(model, tokenizer, sources, beam=1, max_extra=max_extra, progress=False)
     else:
@@ -185,6 +193,7 @@ def sink_audit(model: nn.Module, tokenizer: Any, pairs: Sequence[tuple[str, str]
     hits: dict[tuple[str, int], Tensor] = {}  # (kind, layer) -> (H, 2) matches, raw and content-only
     links: dict[tuple[str, int], int] = {}
     was_training = model.training
+    rnn = not hasattr(model, "decoder_layers")  # the recurrent baseline: its one attention is labelled rnn_cross
     model.eval()
     try:
         for b0 in range(0, len(pairs), batch_size):
@@ -202,10 +211,12 @@ def sink_audit(model: nn.Module, tokenizer: Any, pairs: Sequence[tuple[str, str]
             real_src, real_tgt = (src != pad_id).cpu(), (tgt != pad_id).cpu()
             with torch.no_grad(), capture_attention(model) as cache:
                 model(src, tgt)
-            for kind, layer, _ in cache.keys():
-                w = cache[kind, layer].float()  # (B, H, Tq, Tk)
-                keys = tgt_cat if kind == "dec_self" else src_cat  # (B, Tk, 4)
-                queries = real_src if kind == "enc_self" else real_tgt  # (B, Tq)
+            for name in cache:
+                site_kind, layer, _ = split_site(name)
+                kind = "rnn_cross" if rnn else TABLE_LABELS[site_kind]  # the table's label of the kind
+                w = cache[name].float()  # (B, H, Tq, Tk)
+                keys = tgt_cat if site_kind == "dec.self" else src_cat  # (B, Tk, 4)
+                queries = real_src if site_kind == "enc.self" else real_tgt  # (B, Tq)
                 per_query = w @ keys[:, None]  # (B, H, Tq, 4)
                 q = queries[:, None, :, None].float()
                 per_sentence = (per_query * q).sum(2) / q.sum(2).clamp_min(1)  # (B, H, 4)
@@ -267,12 +278,12 @@ def sink_audit(model: nn.Module, tokenizer: Any, pairs: Sequence[tuple[str, str]
 
 def _ablation(model: nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], table: pd.DataFrame,
               threshold: float, mode: str, max_extra: int, seed: int, batch_size: int) -> dict[str, Any]:
-    from workbench.inspect.intervene import HEAD_KINDS, attention_blocks, head_means
+    from workbench.inspect.intervene import attention_blocks, head_means
     from workbench.inspect.lens import text_batches
 
     if not attention_blocks(model):
         return {"skipped": f"{type(model).__name__} has no multi-head blocks to switch off (one attention, one head)"}
-    heads_table = table[table["kind"].isin(HEAD_KINDS)]
+    heads_table = table[table["kind"].isin([TABLE_LABELS[k] for k in ATTENTION_KINDS])]
     heavy = heads_table[heads_table["sink"] >= threshold]
     heads = [(k, int(lay), int(h)) for k, lay, h in zip(heavy["kind"], heavy["layer"], heavy["head"], strict=True)]
     sources, refs = [s for s, _ in pairs], [t for _, t in pairs]

@@ -4,7 +4,9 @@ As in TransformerLens's ``hook_points.py``: the model modules (:mod:`~workbench.
 :mod:`~workbench.model.rnn`) own :class:`HookPoint` children and pass intermediates through :func:`tap`; they import
 nothing else about inspection. Whoever listens (:mod:`~workbench.inspect.capture`, :mod:`~workbench.inspect.intervene`,
 :mod:`~workbench.inspect.heads`) registers forward hooks from outside and finds the points by their names in
-``model.named_modules()``, e.g. ``encoder_layers.0.self_attn.hook_pattern`` (:func:`hook_points`).
+``model.named_modules()``, e.g. ``encoder_layers.0.self_attn.hook_pattern`` (:func:`hook_points`). Every point also
+has a site name, the one name capture, caches, patching and interventions use for it (``enc.0.self.pattern``):
+:mod:`workbench.model.sites` holds the scheme and its table.
 
 A point nobody listens to is not even called: :func:`tap` returns its input as it is. A point with hooks returns
 what its hooks return, which is its input when they only record (they return None).

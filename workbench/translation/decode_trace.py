@@ -221,12 +221,12 @@ def trace_greedy(model: Any, src: Tensor, k: int = 5, bos_id: int = 2, eos_id: i
         probs.append(torch.softmax(logits[0].float(), dim=-1).cpu())  # (V,)
         tokens.append(int(token[0]))
 
-    with capture_attention(model, kinds=["cross"]) as cache:
+    with capture_attention(model, kinds=["dec.cross"]) as cache:
         greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id, max_extra=max_extra, max_len=max_len,
                       use_cache=use_cache, on_step=on_step)
-    n_layers = len(cache.layers("cross"))
+    n_layers = len(cache.layers("dec.cross"))
     # each call of a cross block saw the positions fed at that step: the last one is the new token's query
-    cross = torch.stack([torch.stack([cache.calls("cross", layer)[t][0, :, -1, :] for layer in range(n_layers)])
+    cross = torch.stack([torch.stack([cache.calls("dec.cross", layer)[t][0, :, -1, :] for layer in range(n_layers)])
                          for t in range(len(tokens))])  # (T, L, H, S)
     top_probs, top_ids = torch.stack(probs).topk(min(k, probs[0].shape[-1]), dim=-1)  # (T, k)
     return GreedyTrace(tokens, top_ids, top_probs, cross)

@@ -147,7 +147,7 @@ def _ndim_check(a: np.ndarray, allowed: tuple[int, ...], name: str, shape_doc: s
     if a.ndim not in allowed:
         raise FigureInputError(
             f"{name} has shape {tuple(a.shape)} but {shape_doc} is expected; "
-            "index the batch first (e.g. cache['cross', 0][0] for the first sentence)"
+            "index the batch first (e.g. cache['dec.cross', 0][0] for the first sentence)"
         )
 
 

@@ -23,6 +23,7 @@ from workbench.inspect.patching_sweeps import (
     POSITION_FAMILIES,
     LogitDiff,
     _family_rows,
+    position_family,
     prepare_pair,
     sweep_positions,
 )
@@ -41,7 +42,7 @@ class PatchingInspector:
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, clean: str, corrupted: str,
-                 family: str = "resid_enc", max_extra: int = 20) -> None:
+                 family: str = "enc.resid", max_extra: int = 20) -> None:
         self.model, self.tokenizer, self.max_extra = model.eval(), tokenizer, max_extra
         a, b = tokenizer.encode_src([clean, corrupted])
         if len(a) != len(b):
@@ -63,7 +64,7 @@ class PatchingInspector:
         self.pair = prepare_pair(model, self.clean_src, self.corrupt_src, self.tgt, self.metric)
         self.src_tokens = [tokenizer.id_to_token(i, side="src") for i in a]
         self.tgt_tokens = [tokenizer.id_to_token(i) for i in self.tgt[0][0].tolist()]
-        self.family_menu = W.Dropdown(options=list(POSITION_FAMILIES), value=family, description="sites")
+        self.family_menu = W.Dropdown(options=list(POSITION_FAMILIES), value=position_family(family), description="sites")
         self.info = W.HTML()
         self.output = W.HTML(value="<i>click a cell</i>")
         self.patched_text: str | None = None

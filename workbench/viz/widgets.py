@@ -29,7 +29,7 @@ from workbench.translation.decode_trace import rerank, trace_beam, trace_greedy
 from workbench.translation.metrics import corpus_bleu
 from workbench.viz import decoding_figures, figures
 
-KIND_LABELS = {"encoder self-attention": "enc_self", "decoder self-attention": "dec_self", "cross-attention": "cross"}
+KIND_LABELS = {"encoder self-attention": "enc.self", "decoder self-attention": "dec.self", "cross-attention": "dec.cross"}
 # toggles as wide as their text (padding kept small), never shrunk by their row
 TOGGLE_LAYOUT = {"width": "auto", "flex": "0 0 auto", "padding": "0 6px"}
 GENERAL_MODEL = "Helsinki-NLP/opus-mt-de-en"  # a general German-English model wb.pretrained can open (Hugging Face)
@@ -62,7 +62,7 @@ class AttentionInspector:
                  beam: int = 1, card: dict[str, Any] | None = None, alpha: float = 0.6) -> None:
         self.model, self.tokenizer, self.alpha = model.eval(), tokenizer, alpha
         self.n_heads = model.cfg.n_heads
-        self.n_layers = {"enc_self": model.cfg.n_enc_layers, "dec_self": model.cfg.n_dec_layers, "cross": model.cfg.n_dec_layers}
+        self.n_layers = {"enc.self": model.cfg.n_enc_layers, "dec.self": model.cfg.n_dec_layers, "dec.cross": model.cfg.n_dec_layers}
         self.inspection: Inspection | None = None
         self.highlight: int | None = None
         self.last_update_ms = 0.0
@@ -70,8 +70,8 @@ class AttentionInspector:
         self.text = W.Text(value=sentence, description="source", layout=W.Layout(width="60%"), continuous_update=False)
         self.button = W.Button(description="translate", button_style="primary")
         self.search = W.ToggleButtons(options=[("greedy", 1), ("beam 4", 4)], value=beam if beam in (1, 4) else 1, description="decoding")
-        self.kind = W.Dropdown(options=list(KIND_LABELS.items()), value="cross", description="attention")
-        self.layer = W.IntSlider(value=0, min=0, max=self.n_layers["cross"] - 1, description="layer", continuous_update=False)
+        self.kind = W.Dropdown(options=list(KIND_LABELS.items()), value="dec.cross", description="attention")
+        self.layer = W.IntSlider(value=0, min=0, max=self.n_layers["dec.cross"] - 1, description="layer", continuous_update=False)
         self.head = W.Dropdown(options=[("all heads", -1)] + [(f"head {h}", h) for h in range(self.n_heads)], value=0, description="head")
         self.output = W.HTML()
         self.status = W.HTML()
@@ -236,7 +236,7 @@ class HeadInterventionInspector:
         last_update_ms: server-side time from a toggle to updated figures; ``timings``: its parts in ms.
     """
 
-    KINDS = ("enc_self", "dec_self", "cross")
+    KINDS = ("enc.self", "dec.self", "dec.cross")
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, sentence: str = "Ein Mann fährt auf einem Fahrrad.",
                  validation: Sequence[tuple[str, str]] | None = None, bleu_sentences: int = 50,
@@ -247,7 +247,7 @@ class HeadInterventionInspector:
         self.means, self.max_extra = means, max_extra
         cfg = model.cfg
         self.n_heads = cfg.n_heads
-        self.n_layers = {"enc_self": cfg.n_enc_layers, "dec_self": cfg.n_dec_layers, "cross": cfg.n_dec_layers}
+        self.n_layers = {"enc.self": cfg.n_enc_layers, "dec.self": cfg.n_dec_layers, "dec.cross": cfg.n_dec_layers}
         self.original: Inspection | None = None
         self.outcome: InterventionOutcome | None = None
         self.last_update_ms, self.timings = 0.0, {}
@@ -263,8 +263,8 @@ class HeadInterventionInspector:
         self.layer_buttons: dict[tuple[str, int], W.Button] = {}
         grids = [self._toggle_grid(kind) for kind in self.KINDS]
         self.result = W.HTML()
-        self.kind = W.Dropdown(options=list(KIND_LABELS.items()), value="cross", description="attention")
-        self.layer = W.IntSlider(value=0, min=0, max=self.n_layers["cross"] - 1, description="layer", continuous_update=False)
+        self.kind = W.Dropdown(options=list(KIND_LABELS.items()), value="dec.cross", description="attention")
+        self.layer = W.IntSlider(value=0, min=0, max=self.n_layers["dec.cross"] - 1, description="layer", continuous_update=False)
         self.bleu_button = W.Button(description=f"BLEU on {len(self.validation)} val sentences", disabled=not self.validation,
                                     layout=W.Layout(**TOGGLE_LAYOUT))
         self.bleu_result = W.HTML()
