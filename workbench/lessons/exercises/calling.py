@@ -8,6 +8,7 @@ import copy
 import signal
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -74,6 +75,17 @@ def _resolve(dotted: str) -> tuple[Any, str, Any]:
     raise ValueError(f"cannot resolve {dotted!r}: name a module attribute such as 'workbench.model.masks.causal_mask'")
 
 
+def _trap_code(name: str) -> types.CodeType:
+    """A code object that raises :class:`PackageAnswerCalled` naming ``name``, with no free variables, so it can
+    replace a module-level function's ``__code__`` (it runs with that function's globals: it imports what it needs)."""
+    source = ("def trap(*_args, **_kwargs):\n"
+              "    from workbench.lessons.exercises.calling import PackageAnswerCalled\n"
+              f"    raise PackageAnswerCalled({name!r})\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<package answer trap>", "exec"), namespace)  # noqa: S102 (our own constant source)
+    return namespace["trap"].__code__
+
+
 @contextlib.contextmanager
 def _package_answer_unavailable(ex: Any, fn: Callable[..., Any]) -> Iterator[None]:
     """While the block runs, the package's answer (the exercise's reference and every name in ``ex.package``) raises
@@ -116,12 +128,21 @@ def _package_answer_unavailable(ex: Any, fn: Callable[..., Any]) -> Iterator[Non
             if id(value) in originals and value is originals[id(value)]:
                 patched.append((student_globals, key, value))
                 student_globals[key] = traps[id(value)]
+    # the function objects themselves: an alias the namespaces do not show (a default argument, a closure, a list
+    # made when the cell ran) still calls the same object, so its code raises too while the block runs
+    swapped: list[tuple[Any, Any]] = []
+    for key, value in originals.items():
+        if isinstance(value, types.FunctionType) and not value.__code__.co_freevars:
+            swapped.append((value, value.__code__))
+            value.__code__ = _trap_code(names[key])
     reference = ex.reference
     object.__setattr__(ex, "reference", traps[id(reference)])  # ex.get(...).reference is unavailable too (frozen)
     try:
         yield
     finally:
         object.__setattr__(ex, "reference", reference)
+        for function, code in reversed(swapped):
+            function.__code__ = code
         for owner, key, value in reversed(patched):
             if isinstance(owner, dict):
                 owner[key] = value
