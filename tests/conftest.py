@@ -48,6 +48,27 @@ def require_module(name: str, how_to_fix: str) -> ModuleType:
         missing(f"the Python module {name} ({exc})", how_to_fix)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; deselected where torch sees none (CI never runs "
+                                       "them: bench/gpu_check.sh does, on a GPU machine)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` run only where torch sees a CUDA device. Elsewhere they are deselected, not skipped:
+    they are no prerequisite of CI (which has no GPU), and they are never reported as a missing one."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu or _cuda_available():
+        return
+    config.hook.pytest_deselected(items=gpu)
+    items[:] = [item for item in items if item.get_closest_marker("gpu") is None]
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     path = Path(os.environ["WORKBENCH_MULTI30K"])

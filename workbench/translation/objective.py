@@ -53,8 +53,13 @@ def real_target_logits(net: nn.Module, model: nn.Module, batch: Batch, pad_id: i
     return net(batch.src, batch.tgt_in)[keep], batch.tgt_out[keep]
 
 
-def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: float = 0.1) -> tuple[Tensor, int]:
+def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: float = 0.1,
+              rows: Tensor | None = None) -> tuple[Tensor, int]:
     """The training loss of one batch: summed label-smoothed cross-entropy over real targets, and their count.
+
+    ``rows`` (N,): the flat positions (into B*T) of the real targets, when the caller has them (found on the CPU
+    before the batch went to an accelerator): selecting them asks the device nothing, where a boolean mask would
+    make the host wait for the count. The same rows, in the same order, as the mask selects.
 
     Equal (fp32 tolerance, gradients included) to ``label_smoothed_loss(model(src, tgt_in), tgt_out, ...)``,
     without the work on padding rows (see :func:`real_target_logits`). On the CPU a
@@ -63,6 +68,10 @@ def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: 
     models' loss takes the closed-form gradient of :func:`workbench.kernels.label_smoothed_cross_entropy`.
     """
     if isinstance(model, Transformer) and model.generator.bias is None:
+        if rows is not None:
+            hidden = net(batch.src, batch.tgt_in, project=False).flatten(0, 1).index_select(0, rows)  # (N, d_model)
+            targets = batch.tgt_out.flatten().index_select(0, rows)  # (N,)
+            return projected_label_smoothed_cross_entropy(hidden, model.generator.weight, targets, eps), rows.shape[0]
         keep = batch.tgt_out != pad_id  # (B, T)
         hidden = net(batch.src, batch.tgt_in, project=False)[keep]  # (N, d_model)
         targets = batch.tgt_out[keep]  # (N,)
