@@ -3,7 +3,7 @@
     python bench/attention_vs_attribution.py [--limit N] [--steps 32] [--align-pairs 10000] \
         [--json bench/results/attention-vs-attribution-NAME.json]
 
-The measurement of notebook 12, over the whole of Multi30k test_2016_flickr (or its first ``--limit`` sentences
+The measurement of notebook 13, over the whole of Multi30k test_2016_flickr (or its first ``--limit`` sentences
 after a seeded shuffle) with the shipped ``small-de-en`` translator (``--checkpoint`` for another):
 
 * per output token, the Spearman rank correlation between |attribution| (saliency, input x gradient,
@@ -147,7 +147,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     ablation = _ablation(model, tok, rows, pairs, args.ablate, args.random_sets, args.seed)
     ablation_s = time.perf_counter() - t0
     return {
-        "what": "attention vs attribution agreement (notebook 12's measurement) on Multi30k " + SPLIT,
+        "what": "attention vs attribution agreement (notebook 13's measurement) on Multi30k " + SPLIT,
         "model": args.checkpoint, "model_card_bleu": info.get("card", {}).get("bleu", {}).get(SPLIT),
         "model_sha256": info.get("card", {}).get("sha256", {}).get("model.safetensors"),  # which weights were measured
         "sentences": len(pairs), "split": SPLIT, "ig_steps": args.steps, "align_pairs": args.align_pairs,

@@ -14,7 +14,7 @@ Table 3 on its development set; test is never read).
 
 The result file carries the provenance record (:mod:`workbench.tools.provenance`), the settings, the budget curve and
 every run, and is rewritten after every run: an interrupted invocation with the same ``--json`` resumes, skipping the
-runs it holds (only when the settings match). Notebook 11 reads the newest complete file in ``bench/results/table3/``.
+runs it holds (only when the settings match). Notebook 12 reads the newest complete file in ``bench/results/table3/``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def _round_trip(observation):
 
 
 @pytest.mark.parametrize("exercise_id", ["02.attention_weights", "05.attend_with_cache", "05.greedy_loop",
-                                         "07.average_checkpoints", "08.ngram_matches"])
+                                         "07.average_checkpoints", "09.ngram_matches"])
 def test_an_observation_is_plain_data_and_judged_the_same_in_another_process(exercise_id):
     e = ex.get(exercise_id)
     for fn in (e.reference, e.mistakes[0].fn):
@@ -145,7 +145,7 @@ def test_counts_are_exact_and_the_diagonal_forgotten_is_wrong():
     assert ex.grade_prediction("05.causal_true", 55.0).status == "right"
     assert ex.grade_prediction("05.causal_true", "55").status == "off"
     assert ex.grade_prediction("05.causal_true", None).status == "no prediction"
-    assert ex.grade_prediction("08.better_decoder", "beam 4").status == "not graded"
+    assert ex.grade_prediction("09.better_decoder", "beam 4").status == "not graded"
     assert ex.predict("05.causal_true", 45, 55, "why").status == "off"
 
 
@@ -163,11 +163,11 @@ def test_every_prediction_of_the_notebooks_is_registered_with_its_variable_and_d
 
 
 def test_the_integrated_gradients_reference_is_captums_right_riemann_sum():
-    """12.integrated_gradients is checked against the lesson's own reference: it must be what Captum computes with
+    """13.integrated_gradients is checked against the lesson's own reference: it must be what Captum computes with
     ``method="riemann_right"`` (Captum needs at least 2 steps), on the exercise's own inputs."""
     from captum.attr import IntegratedGradients
 
-    e = ex.get("12.integrated_gradients")
+    e = ex.get("13.integrated_gradients")
     for case in e.cases():
         x, baseline, W1, w2, n_steps = case.args
         if n_steps < 2:
@@ -183,9 +183,9 @@ def test_the_integrated_gradients_reference_is_captums_right_riemann_sum():
 
 
 def test_the_patch_hook_reference_patches_as_the_package_does():
-    """13.patch_hook's reference, registered on a layer, patches as :func:`workbench.inspect.patching.patch` does a
+    """14.patch_hook's reference, registered on a layer, patches as :func:`workbench.inspect.patching.patch` does a
     site's position: position ``pos`` from the cache, every other position from this run, and the hook removed."""
-    e = ex.get("13.patch_hook")
+    e = ex.get("14.patch_hook")
     for case in e.cases():
         x, layer, cached, pos = case.args
         out = e.driver(e.reference, x, layer, cached, pos)

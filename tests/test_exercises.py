@@ -1,6 +1,7 @@
-"""The exercises of notebooks 01-16: every planted mistake recognised by name (fast, no notebook), the checks' one-line
-reports, otter-style solution stripping, the masters passing every check in SMOKE, the student copies running to
-their end with every exercise "not attempted", and ``workbench notebooks grade`` naming exactly the wrong exercise.
+"""The exercises of notebooks 01-17 (none in 15 and 18): every planted mistake recognised by name (fast, no
+notebook), the checks' one-line reports, otter-style solution stripping, the masters passing every check in SMOKE,
+the student copies running to their end with every exercise "not attempted", and ``workbench notebooks grade``
+naming exactly the wrong exercise.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def test_variants_plant_one_wrong_implementation_per_setting():
 
 def test_the_series_has_enough_exercises_and_mistakes():
     by_notebook = {e.notebook for e in ex.EXERCISES.values()}
-    assert by_notebook == {f"{i:02d}" for i in range(1, 17)}  # every lesson
+    # every lesson but 15 (patching over many pairs, after lesson 14's exercise) and 18 (the last)
+    assert by_notebook == {f"{i:02d}" for i in range(1, 18)} - {"15"}
     assert len(ex.EXERCISES) >= 40 and len(by_notebook) >= 14, (len(ex.EXERCISES), sorted(by_notebook))  # issue 48
     assert len(PLANTED) >= 3 * len(ex.EXERCISES), len(PLANTED)
     assert {p.stem[:2] for p in MASTERS} == by_notebook

@@ -1,4 +1,4 @@
-"""Lesson 17 (where the translation is decided) on SMOKE parameters: its metrics say what its prose claims."""
+"""Lesson 18 (where the translation is decided) on SMOKE parameters: its metrics say what its prose claims."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "17_where_translation_is_decided.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "18_where_translation_is_decided.ipynb"
 
 
 @pytest.mark.notebook
-def test_17_where_translation_is_decided_smoke_metrics(smoke_runs):
+def test_18_where_translation_is_decided_smoke_metrics(smoke_runs):
     result = smoke_runs(NOTEBOOK)  # conftest's: each notebook runs once a session
     assert result["status"] == "ok", result.get("error")
     m = result["metrics"]

@@ -1,4 +1,4 @@
-"""Lesson 13's study functions (workbench/lessons/pronoun_study.py): roles of a pair's positions, and findings that
+"""Lesson 14's study functions (workbench/lessons/pronoun_study.py): roles of a pair's positions, and findings that
 must clear both controls with intervals corrected for the number of cells tested, never at the answer row."""
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def test_results_files_are_checked_and_the_newest_complete_one_is_read(tmp_path)
 
 
 def test_committed_table3_results_are_complete():
-    """The committed table that notebook 11 reads: every row from every seed, the same budget, made as described."""
+    """The committed table that notebook 12 reads: every row from every seed, the same budget, made as described."""
     from workbench.tools.provenance import PACKAGE_DIR
 
     path = table3.latest_results(PACKAGE_DIR.parent / "bench" / "results" / "table3")
@@ -137,7 +137,7 @@ CLAIMS = ((table3.PAPER_PPL_CLAIMS, "val_loss"), (table3.PAPER_BLEU_CLAIMS, "val
 
 
 def test_the_committed_table3_verdicts_follow_from_its_per_seed_numbers():
-    """What notebook 11 shows for the committed table, judged by the package, equals the verdicts recomputed by hand
+    """What notebook 12 shows for the committed table, judged by the package, equals the verdicts recomputed by hand
     from the per-seed numbers, and they are not all alike (a table where every claim were "within noise" would make
     this check weak)."""
     data = _committed_table3()

@@ -1,4 +1,4 @@
-"""Notebook 11's verdicts as a package function: a trend against a claim, with a noise yardstick."""
+"""Notebook 12's verdicts as a package function: a trend against a claim, with a noise yardstick."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Byte-pair encoding by hand, for lesson 15: learn merges the way the ``tokenizers`` library's BPE trainer does,
+"""Byte-pair encoding by hand, for lesson 08: learn merges the way the ``tokenizers`` library's BPE trainer does,
 apply them to a word, and measure what a vocabulary size does to sequence lengths and padding.
 
 :func:`learn_merges` follows Sennrich et al. (2016): start from characters, count every adjacent pair of symbols

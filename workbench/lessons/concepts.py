@@ -2,7 +2,7 @@
 
 One data file, ``concepts.json`` beside this module, holds the map; this module reads it and renders the book's
 concepts page (``workbench/book_src/concepts.md``) and the README's "How it fits together" table from it
-(``python -m workbench.tools.frontpage --write`` rewrites both). ``tests/test_concepts.py`` checks that every
+(``python -m workbench.tools.book.frontpage --write`` rewrites both). ``tests/test_concepts.py`` checks that every
 symbol imports, every lesson anchor names a heading of that notebook, and no row says "not yet" (or has no
 lesson) while a notebook uses its code.
 

@@ -4,10 +4,10 @@ difficulty, importance and minutes of every exercise, and a 12-week term plan wi
 One data file, ``course.json`` beside the concept map, holds it; this module reads it, checks it
 (:func:`problems`, run by ``tests/test_course.py``) and renders it in three places:
 
-* the top of each lesson in the book (:func:`card_markdown`, inserted by :mod:`workbench.tools.book_pages`);
-* the README's lesson list, one line per lesson (:func:`readme_suffix`, used by :mod:`workbench.tools.frontpage`);
+* the top of each lesson in the book (:func:`card_markdown`, inserted by :mod:`workbench.tools.book.pages`);
+* the README's lesson list, one line per lesson (:func:`readme_suffix`, used by :mod:`workbench.tools.book.frontpage`);
 * the book page "Teaching with the workbench" (``workbench/book_src/teaching.md``): hand-written prose with
-  generated blocks (:data:`TEACHING_BLOCKS`) that ``python -m workbench.tools.frontpage --write`` rewrites.
+  generated blocks (:data:`TEACHING_BLOCKS`) that ``python -m workbench.tools.book.frontpage --write`` rewrites.
 
 A lesson entry: ``minutes`` (a lab session), ``difficulty`` (1 introductory, 2 intermediate, 3 advanced),
 ``objectives`` (2 to 4 "after this lesson you can ..." statements, each checkable) and ``prerequisites``

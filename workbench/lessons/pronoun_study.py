@@ -1,4 +1,4 @@
-"""Lesson 13's study as functions: the position groups (roles) of each minimal pair, its unrelated control sentence,
+"""Lesson 14's study as functions: the position groups (roles) of each minimal pair, its unrelated control sentence,
 the sweep over all pairs with both controls, the bootstrap summary, and the findings that clear their controls.
 
 The pairs come from :mod:`workbench.lessons.pronoun_pairs`; the patching itself from
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from workbench.inspect.patching import cache_activations
 from workbench.inspect.patching_sweeps import (
     LogitDiff,
+    PatchingResult,
     path_patching,
     prepare_pair,
     sweep_heads,
@@ -287,3 +288,56 @@ def head_findings(heads: dict[tuple[str, str, str], list[np.ndarray]], min_effec
                           "mean": float(mean[layer, head]), "low": float(lo[layer, head]),
                           "high": float(hi[layer, head]), "control_high": float(ctrl_hi[layer, head])})
     return means, sorted(found, key=lambda f: -f["mean"])
+
+
+def best_cell(summary: dict[Key, dict[str, float]], family: str, groups: Sequence[str],
+              donor: str = "clean") -> tuple[Key, dict[str, float]]:
+    """The (family, layer, donor, group) cell of ``summary`` with the largest mean among ``groups``.
+
+    Raises:
+        KeyError: no cell of that family, donor and groups in ``summary``.
+    """
+    cells = [(k, v) for k, v in summary.items() if k[0] == family and k[2] == donor and k[3] in groups]
+    if not cells:
+        raise KeyError(f"no {family} cell from the {donor} donor for the groups {tuple(groups)}: sweep more pairs")
+    return max(cells, key=lambda kv: kv[1]["mean"])
+
+
+def source_against_prefix(summary: dict[Key, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """For gender and for number pairs: the best source-side group (the encoder state at the edited words) beside
+    the swapped English words patched at the decoder's input (None when the translations swap none)."""
+    out = {}
+    for what, src_groups, tgt_group in (("gender", ("possessive", "subject", "edit"), "man/woman"),
+                                        ("number", ("number·subject", "number·verb", "number·edit"),
+                                         "number·swapped words")):
+        (_, layer, _, group), enc = best_cell(summary, "resid_enc", src_groups)
+        out[what] = {"encoder": {"layer": layer, "group": group, **enc},
+                     "decoder_input": summary.get(("resid_dec", "embed", "clean", tgt_group))}
+    return out
+
+
+def mean_head_result(mean: np.ndarray, family: str) -> PatchingResult:
+    """A (layer, head) map of scores averaged over pairs, as a :class:`PatchingResult` the figures can draw."""
+    values = torch.tensor(mean, dtype=torch.float32)  # (L, H)
+    n_layers, n_heads = values.shape
+    return PatchingResult(values, values.clone(), ("layer", "head"),
+                          {"layer": tuple(str(i) for i in range(n_layers)), "head": tuple(str(h) for h in range(n_heads))},
+                          family, "clean->corrupted", 1.0, 0.0, meta={"averaged": True})
+
+
+def strongest_path(paths: Sequence[PatchingResult], control: np.ndarray, receiver_layers: Sequence[int],
+                   min_effect: float, n_resamples: int = 2000, seed: int = 0) -> tuple[PatchingResult, dict[str, Any]]:
+    """The mean path-patching map over pairs, and its strongest sender -> receiver path with a 95 % interval
+    against the unrelated-sentence control (``control``: (pairs, senders x receivers)). The path is picked after
+    looking at all of them, so it ``clears`` only if its interval lies above the control's and its mean reaches
+    ``min_effect``."""
+    stacked = np.stack([r.values.numpy() for r in paths])  # (pairs, sender layers, sender heads, receivers, heads)
+    path_mean = stacked.mean(0)
+    m, lo, hi = bootstrap_ci(stacked.reshape(len(paths), -1), n_resamples=n_resamples, seed=seed)
+    _, _, ctrl_hi = bootstrap_ci(control, n_resamples=n_resamples, seed=seed)
+    top = int(np.argmax(m))
+    sl, sh, rl, rh = np.unravel_index(top, path_mean.shape)
+    mean_map = dataclasses.replace(paths[0], values=torch.tensor(path_mean), raw=torch.tensor(path_mean))
+    return mean_map, {"pairs": len(paths), "sender": [int(sl), int(sh)], "receiver": [int(receiver_layers[rl]), int(rh)],
+                      "mean": float(m[top]), "low": float(lo[top]), "high": float(hi[top]),
+                      "control_high": float(ctrl_hi[top]), "clears": bool(lo[top] > ctrl_hi[top] and m[top] >= min_effect)}

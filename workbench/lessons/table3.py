@@ -1,6 +1,6 @@
 """The paper's Table 3 at small scale: the variants, the paper's signs, and seeded results judged against their spread.
 
-Notebook 11 trains every variant briefly, live; ``bench/table3.py`` trains the same variants for a budget at which the
+Notebook 12 trains every variant briefly, live; ``bench/table3.py`` trains the same variants for a budget at which the
 base's validation loss has stopped falling, with several seeds per row, and commits the results under
 ``bench/results/table3/``. This module holds what both share: which variants there are (one change at a time around
 a base :class:`~workbench.model.config.ModelConfig`), what the paper found for each, and how a seeded table is judged.
@@ -26,7 +26,7 @@ from workbench.model.config import ModelConfig
 
 SPREAD_FACTOR = 2.0  # a trend counts when its mean paired difference exceeds this many standard errors of that mean
 BASE = "base"
-YARDSTICK = "base, other initial weights"  # notebook 11's single-seed noise yardstick: the base from seed + 1
+YARDSTICK = "base, other initial weights"  # notebook 12's single-seed noise yardstick: the base from seed + 1
 
 # what the paper's Table 3 found, as the direction of the variant's validation log-perplexity against the base's
 # (+1 higher, -1 lower, 0 the same); each claim names the variant (a key of :func:`variants`) it is about

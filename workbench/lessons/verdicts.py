@@ -1,4 +1,4 @@
-"""Judging a measured trend against a paper's claim, with a noise yardstick (notebook 11, the paper's Table 3).
+"""Judging a measured trend against a paper's claim, with a noise yardstick (notebook 12, the paper's Table 3).
 
 A claim says which way a variant moves a figure against the base: up (``+1``), down (``-1``) or not at all
 (``0``). The yardstick ``m`` is how far two runs of the same base model land apart (the base trained again from

@@ -53,6 +53,7 @@ from workbench.lessons.exercises.calling import (
     gradients,
 )
 from workbench.lessons.exercises.compare import OPAQUE, _show_value, _size, difference, plain
+from workbench.lessons.exercises.renumbered import current_id
 
 TIME_LIMIT = 10.0  # seconds allowed to the student's function over all the inputs of one check
 N_DRAWS = 4  # random cases drawn per check, beside the fixed ones
@@ -166,9 +167,10 @@ def register(exercise: Exercise) -> Exercise:
 
 
 def get(exercise_id: str) -> Exercise:
-    """The exercise named ``exercise_id`` (e.g. ``"02.attention_weights"``)."""
+    """The exercise named ``exercise_id`` (e.g. ``"02.attention_weights"``); an id from before the lessons were
+    renumbered gives the exercise under its new id, with a FutureWarning (:mod:`.renumbered`)."""
     try:
-        return EXERCISES[exercise_id]
+        return EXERCISES[current_id(exercise_id, EXERCISES)]
     except KeyError:
         known = ", ".join(EXERCISES)
         raise KeyError(f"no exercise {exercise_id!r}: the exercises are {known}") from None
@@ -298,6 +300,7 @@ def check(exercise_id: str, fn: Callable[..., Any], time_limit: float = TIME_LIM
     Never raises. The result is also recorded in :data:`RESULTS` (see :func:`summary`); ``result.function`` is
     ``fn`` when it passed, else the package's function.
     """
+    exercise_id = current_id(exercise_id, EXERCISES)
     observation = observe(exercise_id, fn, seed=seed, time_limit=time_limit)
     result = judge(exercise_id, observation, seed=seed)
     if result.passed:

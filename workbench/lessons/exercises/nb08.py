@@ -1,120 +1,142 @@
-"""Exercises of notebook 08 (translation and BLEU): clipped n-gram matches and the brevity penalty, written by hand,
-checked against sacreBLEU's own n-gram counter (``sacrebleu.metrics.helpers.extract_word_ngrams``) and its
-brevity-penalty rule; the notebook then rebuilds the corpus score from them and compares with
-:func:`workbench.translation.metrics.corpus_bleu`."""
+"""Exercises of notebook 08 (subwords and batches): splitting a word by BPE merges applied in learned order, and the
+padding a batching costs, checked against :func:`workbench.lessons.bpe.apply_merges` and
+:func:`~workbench.lessons.bpe.padding_stats`."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
+from itertools import pairwise
 
-from sacrebleu.metrics.helpers import extract_word_ngrams
-
+from workbench.lessons.bpe import apply_merges, padding_stats
 from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
-from workbench.lessons.exercises.predictions import Prediction, register_prediction
+
+PACKAGE = ("workbench.lessons.bpe.apply_merges", "workbench.lessons.bpe.learn_merges",
+           "workbench.lessons.bpe.padding_stats")
+
+# merges in learned order, chosen so that the order matters: "▁t"+"he" is learned after "h"+"e" and "t"+"h",
+# "e"+"r" before "▁"+"t", and a longest-match split differs from the merge order on "▁there" and "▁other"
+MERGES = [("h", "e"), ("t", "h"), ("e", "r"), ("▁", "t"), ("th", "e"), ("▁t", "he"), ("▁", "a"), ("i", "n"),
+          ("▁a", "n"), ("o", "th"), ("he", "r"), ("a", "a")]
+WORDS = ["▁the", "▁there", "▁other", "▁another", "▁thin", "▁a", "▁her", "▁aaaa", "▁", "x"]
 
 
-def ngram_matches(hyp: list[str], ref: list[str], n: int) -> tuple[int, int]:
-    """Clipped n-gram matches of one sentence: (Σ over the hypothesis' n-grams of min(count in hyp, count in ref),
-    number of n-grams in the hypothesis), as sacreBLEU counts them.
-
-    Shapes: token lists -> two ints
-    """
-    h, r = extract_word_ngrams(hyp, n), extract_word_ngrams(ref, n)
-    return sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
+def over_words(fn, words: list[str], merges: list[tuple[str, str]]) -> list[list[str]]:
+    """``fn(word, merges)`` for every word, as lists of strings."""
+    return [list(fn(w, merges)) for w in words]
 
 
-def brevity_penalty(hyp_len: int, ref_len: int) -> float:
-    """BP = 1 if c >= r, else exp(1 - r / c) (0 for an empty hypothesis), with c, r the corpus lengths."""
-    if hyp_len >= ref_len:
-        return 1.0
-    return math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
+def _merge_cases() -> list[Case]:
+    return [Case("10 words, 12 merges", (WORDS, MERGES)),
+            Case("no merges", (["▁ab", "c"], [])),
+            Case("length 1 words", (["a", "▁"], [("▁", "a")]))]
 
 
-PAIRS = [("the the the the the the the", "the cat is on the mat"),
-         ("a man is riding a bike on a road", "a man rides a bike down the road"),
-         ("two dogs play", "two dogs are playing in the snow"),
-         ("hello", "hello world")]
+ALPHABET = "▁abe"
 
 
-def over_pairs(fn, pairs: list[tuple[str, str]], n_max: int) -> list[list[tuple[int, int]]]:
-    """``fn(hyp, ref, n)`` for every (hypothesis, reference) of ``pairs`` and every n from 1 to ``n_max``."""
-    return [[tuple(int(x) for x in fn(h.split(), r.split(), n)) for n in range(1, n_max + 1)] for h, r in pairs]
+def _merge_draw(rng) -> Case:
+    """Merges learned from random words over a 4-letter alphabet (so pairs repeat and compete), then new words."""
+    from workbench.lessons.bpe import learn_merges
+
+    texts = [" ".join("".join(rng.choice("abe") for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 5)))
+             for _ in range(12)]
+    merges = list(learn_merges(texts, vocab_size=rng.randint(6, 20), min_frequency=1).merges)
+    words = ["▁" + "".join(rng.choice("abe") for _ in range(rng.randint(0, 8))) for _ in range(6)]
+    return Case(f"{len(merges)} merges learned from random words", (words, merges))
 
 
-WORDS = "a the man dog dogs runs run on in snow grass red ball . ,".split()
+def _longest_match(word, merges):
+    """WordPiece's rule: the longest known piece from the left."""
+    vocab = set(word) | {a + b for a, b in merges}
+    out, i = [], 0
+    while i < len(word):
+        j = len(word)
+        while j > i + 1 and word[i:j] not in vocab:
+            j -= 1
+        out.append(word[i:j])
+        i = j
+    return out
 
 
-def _ngram_draw(rng) -> Case:
-    """Sentence pairs over a small vocabulary (so n-grams repeat and match), lengths from 0 to 12."""
-    pairs = []
-    for _ in range(rng.randint(1, 4)):
-        ref = [rng.choice(WORDS) for _ in range(rng.randint(1, 12))]
-        hyp = [rng.choice(ref + WORDS[:4]) for _ in range(rng.randint(0, 12))]
-        pairs.append((" ".join(hyp), " ".join(ref)))
-    return Case(f"{len(pairs)} random sentence pairs", (pairs, rng.randint(1, 5)))
+def _latest_first(word, merges):
+    return apply_merges(word, list(reversed(merges)))
 
 
-def _unclipped(hyp, ref, n):
-    h, r = Counter(zip(*[hyp[i:] for i in range(n)], strict=False)), Counter(zip(*[ref[i:] for i in range(n)], strict=False))
-    return sum(c for g, c in h.items() if g in r), sum(h.values())
+def _one_pass_first_occurrence(word, merges):
+    symbols = list(word)
+    for a, b in merges:
+        for i, pair in enumerate(pairwise(symbols)):
+            if pair == (a, b):
+                symbols[i: i + 2] = [a + b]
+                break
+    return symbols
 
 
-def _over_ref(hyp, ref, n):
-    h, r = extract_word_ngrams(hyp, n), extract_word_ngrams(ref, n)
-    return sum(min(c, r[g]) for g, c in h.items()), sum(r.values())
-
-
-def _as_set(hyp, ref, n):
-    h, r = set(extract_word_ngrams(hyp, n)), set(extract_word_ngrams(ref, n))
-    return len(h & r), len(h)
-
-
-def _unigrams(hyp, ref, n):
-    return ngram_matches(hyp, ref, 1)
-
-
-register(Exercise(
-    "08.ngram_matches", "clipped n-gram matches of one sentence", ngram_matches,
-    lambda: [Case("n = 1..4 on four sentence pairs", (PAIRS, 4)),
-             Case("repeated words, n = 1..3", ([("the the cat the", "the cat the cat"), ("a a a", "a")], 3))],
-    driver=over_pairs, draw=_ngram_draw,
-    package=("sacrebleu.metrics.helpers.extract_word_ngrams", "sacrebleu.metrics.helpers.extract_all_word_ngrams"),
-    mistakes=(
-        Mistake("counts not clipped", "a hypothesis n-gram counts at most as often as it occurs in the reference: "
-                "min(count in hyp, count in ref)", _unclipped),
-        Mistake("divided by the reference's n-grams", "precision counts the hypothesis' n-grams in the "
-                "denominator; the reference length enters through the brevity penalty", _over_ref),
-        Mistake("n-grams as a set (repeats ignored)", "count every occurrence (a Counter), clipped, not the "
-                "distinct n-grams", _as_set),
-        Mistake("n ignored (always unigrams)", "build n-grams of length n: tuples of n consecutive tokens",
-                _unigrams),
-    )))
-
-
-def lengths(fn, pairs) -> list[float]:
-    """``fn(c, r)`` on every (hypothesis length, reference length) pair."""
-    return [float(fn(c, r)) for c, r in pairs]
+def _leftmost_pair(word, merges):
+    """Merge the leftmost pair that any merge knows, whatever its rank."""
+    known = set(merges)
+    symbols = list(word)
+    while True:
+        for i, pair in enumerate(pairwise(symbols)):
+            if pair in known:
+                symbols[i: i + 2] = [pair[0] + pair[1]]
+                break
+        else:
+            return symbols
 
 
 register(Exercise(
-    "08.brevity_penalty", "the brevity penalty exp(1 - r/c) for short outputs", brevity_penalty,
-    lambda: [Case("short, equal and long outputs", ([(9, 10), (10, 10), (12, 10), (3, 10), (1, 2)],)),
-             Case("an empty output", ([(0, 5)],))],
-    driver=lengths, atol=1e-9, rtol=1e-9,
-    draw=lambda rng: Case("random lengths", ([(rng.randint(0, 40), rng.randint(1, 40)) for _ in range(6)],)),
+    "08.apply_merges", "split a word by applying the BPE merges in the order they were learned", apply_merges,
+    _merge_cases, driver=over_words, draw=_merge_draw, package=PACKAGE,
     mistakes=(
-        Mistake("ratio inverted", "BP = exp(1 - r / c) with c the hypothesis length: short outputs get BP < 1",
-                lambda c, r: 1.0 if c >= r else math.exp(1 - c / r)),
-        Mistake("long outputs penalised too", "BP is 1 when the hypothesis is at least as long as the reference "
-                "(long outputs are already punished by precision)", lambda c, r: math.exp(1 - r / c) if c > 0 else 0.0),
-        Mistake("ratio without the exponential", "BP = exp(1 - r / c), not c / r",
-                lambda c, r: 1.0 if c >= r else c / r),
+        Mistake("longest known piece first", "that is WordPiece's rule: BPE merges the adjacent pair learned earliest, "
+                "round after round, whatever the pieces' lengths", _longest_match),
+        Mistake("latest merge first", "merges are ranked by when they were learned: the earliest (most frequent "
+                "at the time) applies first", _latest_first),
+        Mistake("each merge applied once", "a merge applies wherever its pair occurs, and again after later merges "
+                "create it: repeat until no known pair is left", _one_pass_first_occurrence),
+        Mistake("leftmost known pair first", "among the adjacent pairs, merge the one learned earliest, not the "
+                "leftmost", _leftmost_pair),
     )))
 
 
-# -- the prediction ------------------------------------------------------------------------------------------------
-register_prediction(Prediction(
-    "08.better_decoder", "which decoder gets the higher sacreBLEU, greedy or beam 4?", "PREDICT_BETTER_DECODER",
-    "choice", choices=("greedy", "beam 4"),
-    expected=None))  # only the lesson's own training run can tell
+# -- padding_stats ----------------------------------------------------------------------------------------------
+def _pad_cases() -> list[Case]:
+    src, tgt = [3, 9, 4, 4, 12, 1], [5, 7, 5, 3, 10, 2]
+    return [Case("3 batches, two sides", ([[0, 1], [2, 3], [4, 5]], src, tgt)),
+            Case("sorted by length, one side", ([[5, 0], [2, 3], [1, 4]], src)),
+            Case("one batch of 1", ([[4]], src, tgt))]
+
+
+def _pad_draw(rng) -> Case:
+    n = rng.randint(1, 20)
+    order = list(range(n))
+    rng.shuffle(order)
+    size = rng.randint(1, 6)
+    batches = [order[i: i + size] for i in range(0, n, size)]
+    sides = [[rng.randint(1, 40) for _ in range(n)] for _ in range(rng.randint(1, 3))]
+    return Case(f"{n} examples in batches of {size}, {len(sides)} side(s)", (batches, *sides))
+
+
+def _pad(batches, *lengths, to="batch", per="slots", sides="all"):
+    """A parametrised padding count, for writing the planted mistakes."""
+    use = lengths[:1] if sides == "first" else lengths
+    real = sum(side[i] for side in use for b in batches for i in b)
+    if to == "corpus":
+        slots = sum(len(b) * max(side) for side in use for b in batches if b)
+    else:
+        slots = sum(len(b) * max(side[i] for i in b) for side in use for b in batches if b)
+    frac = (slots - real) / (real if per == "real" else slots) if slots else 0.0
+    return {"real": float(real), "slots": float(slots), "padding_fraction": frac, "batches": float(len(batches))}
+
+
+register(Exercise(
+    "08.padding_stats", "real tokens, padded slots and the padding fraction of a batching", padding_stats,
+    _pad_cases, draw=_pad_draw, package=PACKAGE, atol=1e-12, rtol=1e-9,
+    mistakes=(
+        Mistake("padded to the longest in the corpus", "each batch is padded to its own longest member: "
+                "len(batch) x max length in that batch", lambda b, *ls: _pad(b, *ls, to="corpus")),
+        Mistake("padding divided by real tokens", "the padding fraction is the share of slots that are padding: "
+                "(slots - real) / slots", lambda b, *ls: _pad(b, *ls, per="real")),
+        Mistake("only the first side counted", "sum over every side given (source and target are padded apart)",
+                lambda b, *ls: _pad(b, *ls, sides="first")),
+    )))

@@ -1,142 +1,120 @@
-"""Exercises of notebook 09 (what the heads do): two head statistics over a batch of attention weights, the mean
-entropy of each head's rows and the share of weight a head puts at a fixed offset (the previous token), checked
-against :func:`workbench.inspect.heads.head_entropy` and :func:`~workbench.inspect.heads.positional_score`."""
+"""Exercises of notebook 09 (translation and BLEU): clipped n-gram matches and the brevity penalty, written by hand,
+checked against sacreBLEU's own n-gram counter (``sacrebleu.metrics.helpers.extract_word_ngrams``) and its
+brevity-penalty rule; the notebook then rebuilds the corpus score from them and compares with
+:func:`workbench.translation.metrics.corpus_bleu`."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections import Counter
 
-import torch
-from torch import Tensor
+from sacrebleu.metrics.helpers import extract_word_ngrams
 
-from workbench.inspect.heads import head_entropy, positional_score
-from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import Case, Exercise, Invariant, register, variants
-
-PACKAGE = ("workbench.inspect.heads.head_entropy", "workbench.inspect.heads.head_confidence",
-           "workbench.inspect.heads.positional_score")
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.predictions import Prediction, register_prediction
 
 
-def _weights(B: int, H: int, T: int, lens: list[int], gen: torch.Generator, dtype: torch.dtype = torch.float32,
-             causal: bool = False, sharp: float = 2.0) -> tuple[Tensor, Tensor]:
-    """Self-attention weights (B, H, T, T) of a ragged batch (keys past a row's length get 0) and its (B, T) query
-    mask: the lesson's inputs, drawn."""
-    scores = torch.randn(B, H, T, T, generator=gen, dtype=torch.float64) * sharp
-    mask = P.key_mask(lens, T)  # (B, T)
-    allowed = mask[:, None, None, :].expand(B, H, T, T)
-    if causal:
-        allowed = allowed & torch.ones(T, T, dtype=torch.bool).tril()
-    w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
-    return w.to(dtype), mask
+def ngram_matches(hyp: list[str], ref: list[str], n: int) -> tuple[int, int]:
+    """Clipped n-gram matches of one sentence: (Σ over the hypothesis' n-grams of min(count in hyp, count in ref),
+    number of n-grams in the hypothesis), as sacreBLEU counts them.
+
+    Shapes: token lists -> two ints
+    """
+    h, r = extract_word_ngrams(hyp, n), extract_word_ngrams(ref, n)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
 
 
-def _cases(offset: bool) -> list[Case]:
-    g = torch.Generator().manual_seed(9)
-    w1, m1 = _weights(2, 4, 6, [6, 3], g)
-    w2, m2 = _weights(3, 2, 5, [5, 2, 4], g, dtype=torch.float64, causal=True)
-    w3, _ = _weights(1, 3, 4, [4], g)
-    w4, m4 = _weights(2, 2, 1, [1, 1], g, dtype=torch.float64)
-    extra = (-1,) if offset else ()
-    return [Case("ragged batch of 2, 4 heads", (w1, *extra, m1)),
-            Case("causal, float64, 3 sentences", (w2, *extra, m2)),
-            Case("batch 1, no query mask", (w3, *extra, None)),
-            Case("length 1, float64", (w4, *extra, m4))]
+def brevity_penalty(hyp_len: int, ref_len: int) -> float:
+    """BP = 1 if c >= r, else exp(1 - r / c) (0 for an empty hypothesis), with c, r the corpus lengths."""
+    if hyp_len >= ref_len:
+        return 1.0
+    return math.exp(1 - ref_len / hyp_len) if hyp_len > 0 else 0.0
 
 
-def _draw(offset: bool):
-    def draw(rng) -> Case:
-        B, H, T, dt = rng.randint(1, 4), rng.randint(1, 5), rng.randint(1, 9), P.dtype(rng)
-        lens = P.lengths(rng, B, T)
-        w, m = _weights(B, H, T, lens, P.gen(rng), dtype=dt, causal=rng.random() < 0.5, sharp=rng.choice([0.5, 3.0]))
-        if rng.random() < 0.25:
-            m = None
-        extra = (rng.choice([-2, -1, 0, 1]),) if offset else ()
-        return Case(f"B={B}, H={H}, T={T}, lengths {lens}, {dt}" + (f", offset {extra[0]}" if offset else ""),
-                    (w, *extra, m))
-
-    return draw
+PAIRS = [("the the the the the the the", "the cat is on the mat"),
+         ("a man is riding a bike on a road", "a man rides a bike down the road"),
+         ("two dogs play", "two dogs are playing in the snow"),
+         ("hello", "hello world")]
 
 
-# -- head_entropy ------------------------------------------------------------------------------------------------
-def _entropy(weights: Tensor, query_mask: Tensor | None = None, base: float = math.e, mask_queries: bool = True,
-             mean: bool = True, sign: float = -1.0) -> Tensor:
-    """A parametrised head entropy, for writing the planted mistakes."""
-    ent = sign * (weights * weights.clamp_min(1e-12).log()).sum(-1) / math.log(base)  # (B, H, Tq)
-    valid = weights.sum(-1) > 0
-    if query_mask is not None and mask_queries:
-        valid = valid & query_mask[:, None, :]
-    total = (ent * valid).sum((0, 2))
-    return total / valid.sum((0, 2)).clamp_min(1) if mean else total
+def over_pairs(fn, pairs: list[tuple[str, str]], n_max: int) -> list[list[tuple[int, int]]]:
+    """``fn(hyp, ref, n)`` for every (hypothesis, reference) of ``pairs`` and every n from 1 to ``n_max``."""
+    return [[tuple(int(x) for x in fn(h.split(), r.split(), n)) for n in range(1, n_max + 1)] for h, r in pairs]
 
 
-def _entropy_bounds(args: tuple, out: Any) -> str | None:
-    if not isinstance(out, Tensor) or not out.is_floating_point():
-        return None
-    top = math.log(args[0].shape[-1]) + 1e-6
-    bad = (out < -1e-6) | (out > top) | out.isnan()
-    if bool(bad.any()):
-        h = int(bad.nonzero()[0][0])
-        return f"head {h} has entropy {out[h].item():.4g}, outside [0, log Tk = {top:.4g}]"
-    return None
+WORDS = "a the man dog dogs runs run on in snow grass red ball . ,".split()
 
 
-# not differentiable as a check: the gradient of w log w at a weight of exactly 0 (a masked key) is not defined,
-# and two right answers (clamping, xlogy) give different ones there
-register(Exercise(
-    "09.head_entropy", "the mean entropy (nats) of each head's attention rows, real queries only", head_entropy,
-    lambda: _cases(offset=False), draw=_draw(offset=False), package=PACKAGE,
-    invariants=(Invariant("a head's mean entropy lies between 0 and log Tk", _entropy_bounds),),
-    mistakes=variants(
-        _entropy,
-        ("entropy in bits", "use the natural logarithm (nats), as the lesson's figures do: torch.log, not log2",
-         {"base": 2.0}),
-        ("padding queries averaged in", "average only over real query rows: combine the rows that attend to "
-         "something with query_mask (B, Tq)", {"mask_queries": False}),
-        ("summed over rows, not averaged", "divide the summed entropy of each head by the number of real rows it "
-         "has", {"mean": False}),
-        ("minus sign forgotten", "H = -Σ w log w: the log of a weight is negative, so the sum needs the minus",
-         {"sign": 1.0}),
-    )))
+def _ngram_draw(rng) -> Case:
+    """Sentence pairs over a small vocabulary (so n-grams repeat and match), lengths from 0 to 12."""
+    pairs = []
+    for _ in range(rng.randint(1, 4)):
+        ref = [rng.choice(WORDS) for _ in range(rng.randint(1, 12))]
+        hyp = [rng.choice(ref + WORDS[:4]) for _ in range(rng.randint(0, 12))]
+        pairs.append((" ".join(hyp), " ".join(ref)))
+    return Case(f"{len(pairs)} random sentence pairs", (pairs, rng.randint(1, 5)))
 
 
-# -- positional_score -------------------------------------------------------------------------------------------
-def _positional(weights: Tensor, offset: int, query_mask: Tensor | None = None, flip: bool = False,
-                every_row: bool = False, mask_queries: bool = True) -> Tensor:
-    """A parametrised positional score, for writing the planted mistakes."""
-    B, H, Tq, Tk = weights.shape
-    offset = -offset if flip else offset
-    q = torch.arange(Tq)
-    k = q + offset
-    ok = (k >= 0) & (k < Tk)
-    picked = weights[:, :, q[ok], k[ok]]  # (B, H, n)
-    valid_all = weights.sum(-1) > 0  # (B, H, Tq)
-    if query_mask is not None and mask_queries:
-        valid_all = valid_all & query_mask[:, None, :]
-    valid = valid_all[:, :, q[ok]]
-    count = valid_all if every_row else valid
-    return (picked * valid).sum((0, 2)) / count.sum((0, 2)).clamp_min(1)
+def _unclipped(hyp, ref, n):
+    h, r = Counter(zip(*[hyp[i:] for i in range(n)], strict=False)), Counter(zip(*[ref[i:] for i in range(n)], strict=False))
+    return sum(c for g, c in h.items() if g in r), sum(h.values())
 
 
-def _share_bounds(args: tuple, out: Any) -> str | None:
-    if not isinstance(out, Tensor) or not out.is_floating_point():
-        return None
-    bad = (out < -1e-6) | (out > 1 + 1e-6) | out.isnan()
-    if bool(bad.any()):
-        h = int(bad.nonzero()[0][0])
-        return f"head {h} has a mean weight {out[h].item():.4g}, outside [0, 1]"
-    return None
+def _over_ref(hyp, ref, n):
+    h, r = extract_word_ngrams(hyp, n), extract_word_ngrams(ref, n)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(r.values())
+
+
+def _as_set(hyp, ref, n):
+    h, r = set(extract_word_ngrams(hyp, n)), set(extract_word_ngrams(ref, n))
+    return len(h & r), len(h)
+
+
+def _unigrams(hyp, ref, n):
+    return ngram_matches(hyp, ref, 1)
 
 
 register(Exercise(
-    "09.positional_score", "the mean weight each head puts on the key at position i + offset", positional_score,
-    lambda: _cases(offset=True), draw=_draw(offset=True), package=PACKAGE, differentiable=True,
-    invariants=(Invariant("a mean weight lies between 0 and 1", _share_bounds),),
-    mistakes=variants(
-        _positional,
-        ("offset the wrong way", "query i looks at key i + offset: offset -1 is the previous token (the diagonal "
-         "just below the main one)", {"flip": True}),
-        ("rows without such a key counted", "a query whose key i + offset falls outside the sentence has no such "
-         "key: leave it out of the mean, do not count it as 0", {"every_row": True}),
-        ("padding queries averaged in", "average only over real query rows (query_mask)", {"mask_queries": False}),
+    "09.ngram_matches", "clipped n-gram matches of one sentence", ngram_matches,
+    lambda: [Case("n = 1..4 on four sentence pairs", (PAIRS, 4)),
+             Case("repeated words, n = 1..3", ([("the the cat the", "the cat the cat"), ("a a a", "a")], 3))],
+    driver=over_pairs, draw=_ngram_draw,
+    package=("sacrebleu.metrics.helpers.extract_word_ngrams", "sacrebleu.metrics.helpers.extract_all_word_ngrams"),
+    mistakes=(
+        Mistake("counts not clipped", "a hypothesis n-gram counts at most as often as it occurs in the reference: "
+                "min(count in hyp, count in ref)", _unclipped),
+        Mistake("divided by the reference's n-grams", "precision counts the hypothesis' n-grams in the "
+                "denominator; the reference length enters through the brevity penalty", _over_ref),
+        Mistake("n-grams as a set (repeats ignored)", "count every occurrence (a Counter), clipped, not the "
+                "distinct n-grams", _as_set),
+        Mistake("n ignored (always unigrams)", "build n-grams of length n: tuples of n consecutive tokens",
+                _unigrams),
     )))
+
+
+def lengths(fn, pairs) -> list[float]:
+    """``fn(c, r)`` on every (hypothesis length, reference length) pair."""
+    return [float(fn(c, r)) for c, r in pairs]
+
+
+register(Exercise(
+    "09.brevity_penalty", "the brevity penalty exp(1 - r/c) for short outputs", brevity_penalty,
+    lambda: [Case("short, equal and long outputs", ([(9, 10), (10, 10), (12, 10), (3, 10), (1, 2)],)),
+             Case("an empty output", ([(0, 5)],))],
+    driver=lengths, atol=1e-9, rtol=1e-9,
+    draw=lambda rng: Case("random lengths", ([(rng.randint(0, 40), rng.randint(1, 40)) for _ in range(6)],)),
+    mistakes=(
+        Mistake("ratio inverted", "BP = exp(1 - r / c) with c the hypothesis length: short outputs get BP < 1",
+                lambda c, r: 1.0 if c >= r else math.exp(1 - c / r)),
+        Mistake("long outputs penalised too", "BP is 1 when the hypothesis is at least as long as the reference "
+                "(long outputs are already punished by precision)", lambda c, r: math.exp(1 - r / c) if c > 0 else 0.0),
+        Mistake("ratio without the exponential", "BP = exp(1 - r / c), not c / r",
+                lambda c, r: 1.0 if c >= r else c / r),
+    )))
+
+
+# -- the prediction ------------------------------------------------------------------------------------------------
+register_prediction(Prediction(
+    "09.better_decoder", "which decoder gets the higher sacreBLEU, greedy or beam 4?", "PREDICT_BETTER_DECODER",
+    "choice", choices=("greedy", "beam 4"),
+    expected=None))  # only the lesson's own training run can tell

@@ -1,122 +1,142 @@
-"""Exercises of notebook 10 (Table 1): the multiply-adds of one layer of each kind and the layers a signal needs to
-cross a sequence, checked against :func:`workbench.lessons.complexity.layer_macs` and
-:func:`~workbench.lessons.complexity.analytic_path_length`."""
+"""Exercises of notebook 10 (what the heads do): two head statistics over a batch of attention weights, the mean
+entropy of each head's rows and the share of weight a head puts at a fixed offset (the previous token), checked
+against :func:`workbench.inspect.heads.head_entropy` and :func:`~workbench.inspect.heads.positional_score`."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from workbench.lessons.complexity import KINDS, analytic_path_length, layer_macs
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+import torch
+from torch import Tensor
 
-PACKAGE = ("workbench.lessons.complexity.layer_macs", "workbench.lessons.complexity.table1",
-           "workbench.lessons.complexity.analytic_path_length", "workbench.lessons.complexity.ceil_log")
+from workbench.inspect.heads import head_entropy, positional_score
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import Case, Exercise, Invariant, register, variants
 
-
-def over_rows(fn, rows: list[tuple]) -> list[int]:
-    """``fn(*row)`` for every row, as integers (a float that is a whole number counts)."""
-    out = []
-    for row in rows:
-        v = fn(*row)
-        out.append(int(v) if isinstance(v, float) and v.is_integer() else v)
-    return out
+PACKAGE = ("workbench.inspect.heads.head_entropy", "workbench.inspect.heads.head_confidence",
+           "workbench.inspect.heads.positional_score")
 
 
-# -- layer_macs --------------------------------------------------------------------------------------------------
-def _macs_cases() -> list[Case]:
-    base = [(kind, n, d, 3, 8) for kind in KINDS for n, d in ((10, 512), (512, 512), (1024, 64))]
-    return [Case("every kind at n < d, n = d, n > d", (base,)),
-            Case("n = 1, d = 1, kernel 5, window 4", ([(kind, 1, 1, 5, 4) for kind in KINDS],)),
-            Case("the crossing n = d = 64 and n = 2d", ([("self_attention", 64, 64, 3, 8), ("recurrent", 64, 64, 3, 8),
-                                                        ("self_attention", 128, 64, 3, 8), ("recurrent", 128, 64, 3, 8)],))]
+def _weights(B: int, H: int, T: int, lens: list[int], gen: torch.Generator, dtype: torch.dtype = torch.float32,
+             causal: bool = False, sharp: float = 2.0) -> tuple[Tensor, Tensor]:
+    """Self-attention weights (B, H, T, T) of a ragged batch (keys past a row's length get 0) and its (B, T) query
+    mask: the lesson's inputs, drawn."""
+    scores = torch.randn(B, H, T, T, generator=gen, dtype=torch.float64) * sharp
+    mask = P.key_mask(lens, T)  # (B, T)
+    allowed = mask[:, None, None, :].expand(B, H, T, T)
+    if causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool).tril()
+    w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+    return w.to(dtype), mask
 
 
-def _macs_draw(rng) -> Case:
-    rows = [(rng.choice(KINDS), rng.randint(1, 2048), rng.randint(1, 1024), rng.randint(2, 7), rng.randint(1, 32))
-            for _ in range(8)]
-    return Case("8 random (kind, n, d, k, r)", (rows,))
+def _cases(offset: bool) -> list[Case]:
+    g = torch.Generator().manual_seed(9)
+    w1, m1 = _weights(2, 4, 6, [6, 3], g)
+    w2, m2 = _weights(3, 2, 5, [5, 2, 4], g, dtype=torch.float64, causal=True)
+    w3, _ = _weights(1, 3, 4, [4], g)
+    w4, m4 = _weights(2, 2, 1, [1, 1], g, dtype=torch.float64)
+    extra = (-1,) if offset else ()
+    return [Case("ragged batch of 2, 4 heads", (w1, *extra, m1)),
+            Case("causal, float64, 3 sentences", (w2, *extra, m2)),
+            Case("batch 1, no query mask", (w3, *extra, None)),
+            Case("length 1, float64", (w4, *extra, m4))]
 
 
-def _macs(kind: str, n: int, d: int, k: int = 3, r: int = 8, att: int = 2, rnn: int = 2, swap: bool = False,
-          conv: int = 1, restricted: int = 2) -> int:
-    """A parametrised count, for writing the planted mistakes."""
-    if kind == "self_attention":
-        return att * n * d * d if swap else att * n * n * d
-    if kind == "recurrent":
-        return rnn * n * d * d
-    if kind == "convolutional":
-        return conv * k * n * d * d
-    return restricted * r * n * d
+def _draw(offset: bool):
+    def draw(rng) -> Case:
+        B, H, T, dt = rng.randint(1, 4), rng.randint(1, 5), rng.randint(1, 9), P.dtype(rng)
+        lens = P.lengths(rng, B, T)
+        w, m = _weights(B, H, T, lens, P.gen(rng), dtype=dt, causal=rng.random() < 0.5, sharp=rng.choice([0.5, 3.0]))
+        if rng.random() < 0.25:
+            m = None
+        extra = (rng.choice([-2, -1, 0, 1]),) if offset else ()
+        return Case(f"B={B}, H={H}, T={T}, lengths {lens}, {dt}" + (f", offset {extra[0]}" if offset else ""),
+                    (w, *extra, m))
+
+    return draw
 
 
+# -- head_entropy ------------------------------------------------------------------------------------------------
+def _entropy(weights: Tensor, query_mask: Tensor | None = None, base: float = math.e, mask_queries: bool = True,
+             mean: bool = True, sign: float = -1.0) -> Tensor:
+    """A parametrised head entropy, for writing the planted mistakes."""
+    ent = sign * (weights * weights.clamp_min(1e-12).log()).sum(-1) / math.log(base)  # (B, H, Tq)
+    valid = weights.sum(-1) > 0
+    if query_mask is not None and mask_queries:
+        valid = valid & query_mask[:, None, :]
+    total = (ent * valid).sum((0, 2))
+    return total / valid.sum((0, 2)).clamp_min(1) if mean else total
+
+
+def _entropy_bounds(args: tuple, out: Any) -> str | None:
+    if not isinstance(out, Tensor) or not out.is_floating_point():
+        return None
+    top = math.log(args[0].shape[-1]) + 1e-6
+    bad = (out < -1e-6) | (out > top) | out.isnan()
+    if bool(bad.any()):
+        h = int(bad.nonzero()[0][0])
+        return f"head {h} has entropy {out[h].item():.4g}, outside [0, log Tk = {top:.4g}]"
+    return None
+
+
+# not differentiable as a check: the gradient of w log w at a weight of exactly 0 (a masked key) is not defined,
+# and two right answers (clamping, xlogy) give different ones there
 register(Exercise(
-    "10.layer_macs", "Table 1's multiply-adds of one layer: 2n²d, 2nd², knd², 2rnd", layer_macs, _macs_cases,
-    driver=over_rows, draw=_macs_draw, package=PACKAGE, atol=0, rtol=0,
-    mistakes=(
-        Mistake("one product of attention counted", "attention does two products over n x n: QK^T (n²d) and the "
-                "weights times V (n²d): 2n²d", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, att=1)),
-        Mistake("n and d swapped in attention", "self-attention grows with n² (every query meets every key), "
-                "the recurrent layer with d²", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, swap=True)),
-        Mistake("one product of the recurrent cell counted", "each step does W_x x_t and W_h h_(t-1), two d x d "
-                "products: 2nd²", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, rnn=1)),
-        Mistake("restricted attention over every key", "restricted attention sees r keys per query, not n: 2rnd",
-                lambda kind, n, d, k=3, r=8: 2 * n * n * d if kind == "restricted" else _macs(kind, n, d, k, r)),
+    "10.head_entropy", "the mean entropy (nats) of each head's attention rows, real queries only", head_entropy,
+    lambda: _cases(offset=False), draw=_draw(offset=False), package=PACKAGE,
+    invariants=(Invariant("a head's mean entropy lies between 0 and log Tk", _entropy_bounds),),
+    mistakes=variants(
+        _entropy,
+        ("entropy in bits", "use the natural logarithm (nats), as the lesson's figures do: torch.log, not log2",
+         {"base": 2.0}),
+        ("padding queries averaged in", "average only over real query rows: combine the rows that attend to "
+         "something with query_mask (B, Tq)", {"mask_queries": False}),
+        ("summed over rows, not averaged", "divide the summed entropy of each head by the number of real rows it "
+         "has", {"mean": False}),
+        ("minus sign forgotten", "H = -Σ w log w: the log of a weight is negative, so the sum needs the minus",
+         {"sign": 1.0}),
     )))
 
 
-# -- analytic_path_length ------------------------------------------------------------------------------------------
-def _path_cases() -> list[Case]:
-    rows = [(kind, n, 3, 8, False) for kind in KINDS for n in (1, 2, 9, 10, 50)]
-    powers = [("convolutional", n, k, 8, True) for k, n in ((3, 27), (3, 28), (5, 125), (5, 126), (2, 1), (7, 343))]
-    return [Case("every kind, n = 1, 2, 9, 10, 50", (rows,)), Case("dilated, n at exact powers of k", (powers,))]
+# -- positional_score -------------------------------------------------------------------------------------------
+def _positional(weights: Tensor, offset: int, query_mask: Tensor | None = None, flip: bool = False,
+                every_row: bool = False, mask_queries: bool = True) -> Tensor:
+    """A parametrised positional score, for writing the planted mistakes."""
+    B, H, Tq, Tk = weights.shape
+    offset = -offset if flip else offset
+    q = torch.arange(Tq)
+    k = q + offset
+    ok = (k >= 0) & (k < Tk)
+    picked = weights[:, :, q[ok], k[ok]]  # (B, H, n)
+    valid_all = weights.sum(-1) > 0  # (B, H, Tq)
+    if query_mask is not None and mask_queries:
+        valid_all = valid_all & query_mask[:, None, :]
+    valid = valid_all[:, :, q[ok]]
+    count = valid_all if every_row else valid
+    return (picked * valid).sum((0, 2)) / count.sum((0, 2)).clamp_min(1)
 
 
-def _path_draw(rng) -> Case:
-    rows = []
-    for _ in range(10):
-        kind = rng.choice(KINDS)
-        k = rng.choice([3, 5, 7])
-        n = k ** rng.randint(1, 6) + rng.choice([-1, 0, 0, 1]) if rng.random() < 0.5 else rng.randint(1, 400)
-        rows.append((kind, max(n, 1), k, rng.choice([2, 4, 8, 16]), kind == "convolutional" and rng.random() < 0.6))
-    return Case("10 random (kind, n, k, r, dilated)", (rows,))
-
-
-def _path_float_log(kind, n, k=3, r=8, dilated=False):
-    if kind == "convolutional" and dilated and n > 1:
-        return math.ceil(math.log(n, k))
-    return analytic_path_length(kind, n, k, r, dilated)
-
-
-def _path_full_kernel(kind, n, k=3, r=8, dilated=False):
-    if kind == "convolutional" and not dilated and n > 1:
-        return -(-(n - 1) // (k - 1))
-    if kind == "restricted" and n > 1:
-        return -(-(n - 1) // r)
-    return analytic_path_length(kind, n, k, r, dilated)
-
-
-def _path_recurrent_one(kind, n, k=3, r=8, dilated=False):
-    return 1 if kind == "recurrent" else analytic_path_length(kind, n, k, r, dilated)
-
-
-def _path_floor(kind, n, k=3, r=8, dilated=False):
-    if kind == "convolutional" and not dilated and n > 1:
-        return (n - 1) // ((k - 1) // 2)
-    if kind == "restricted" and n > 1:
-        return (n - 1) // (r // 2)
-    return analytic_path_length(kind, n, k, r, dilated)
+def _share_bounds(args: tuple, out: Any) -> str | None:
+    if not isinstance(out, Tensor) or not out.is_floating_point():
+        return None
+    bad = (out < -1e-6) | (out > 1 + 1e-6) | out.isnan()
+    if bool(bad.any()):
+        h = int(bad.nonzero()[0][0])
+        return f"head {h} has a mean weight {out[h].item():.4g}, outside [0, 1]"
+    return None
 
 
 register(Exercise(
-    "10.path_length", "the layers before output n-1 depends on input 0 (Table 1's last column)", analytic_path_length,
-    _path_cases, driver=over_rows, draw=_path_draw, package=PACKAGE, atol=0, rtol=0, name="path_length",
-    mistakes=(
-        Mistake("log in floating point", "math.ceil(math.log(n, k)) is one too many at some exact powers of k "
-                "(math.log(125, 5) = 3.0000000000000004): count the layers in integers, multiplying the reach by k",
-                _path_float_log),
-        Mistake("a kernel reaches k - 1 to one side", "a centred kernel of width k reaches (k - 1) // 2 positions to "
-                "each side (a window of r keys, r // 2)", _path_full_kernel),
-        Mistake("recurrent path of one layer", "unrolled in time, the recurrent layer is n applications of its cell: "
-                "the signal from position 0 crosses n of them", _path_recurrent_one),
-        Mistake("rounded down", "a last partial step still needs a layer: round the division up", _path_floor),
+    "10.positional_score", "the mean weight each head puts on the key at position i + offset", positional_score,
+    lambda: _cases(offset=True), draw=_draw(offset=True), package=PACKAGE, differentiable=True,
+    invariants=(Invariant("a mean weight lies between 0 and 1", _share_bounds),),
+    mistakes=variants(
+        _positional,
+        ("offset the wrong way", "query i looks at key i + offset: offset -1 is the previous token (the diagonal "
+         "just below the main one)", {"flip": True}),
+        ("rows without such a key counted", "a query whose key i + offset falls outside the sentence has no such "
+         "key: leave it out of the mean, do not count it as 0", {"every_row": True}),
+        ("padding queries averaged in", "average only over real query rows (query_mask)", {"mask_queries": False}),
     )))

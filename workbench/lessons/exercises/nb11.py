@@ -1,130 +1,122 @@
-"""Exercises of notebook 11 (the paper's Table 3): the verdict on one trend against a noise yardstick, and the
-paired verdict of one row from per-seed numbers, checked against :func:`workbench.lessons.verdicts.verdict` and
-:func:`workbench.lessons.table3.judge_seeded`."""
+"""Exercises of notebook 11 (Table 1): the multiply-adds of one layer of each kind and the layers a signal needs to
+cross a sequence, checked against :func:`workbench.lessons.complexity.layer_macs` and
+:func:`~workbench.lessons.complexity.analytic_path_length`."""
 
 from __future__ import annotations
 
 import math
-import statistics
 
+from workbench.lessons.complexity import KINDS, analytic_path_length, layer_macs
 from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
-from workbench.lessons.table3 import SPREAD_FACTOR, judge_seeded
-from workbench.lessons.verdicts import verdict
 
-PACKAGE = ("workbench.lessons.verdicts.verdict", "workbench.lessons.verdicts.judge_claims",
-           "workbench.lessons.table3.judge_seeded")
-# the paired verdict may use the verdict (the student's own, from the exercise before, or the package's)
-ROW_PACKAGE = ("workbench.lessons.table3.judge_seeded", "workbench.lessons.table3.paired_differences",
-               "workbench.lessons.verdicts.judge_claims")
+PACKAGE = ("workbench.lessons.complexity.layer_macs", "workbench.lessons.complexity.table1",
+           "workbench.lessons.complexity.analytic_path_length", "workbench.lessons.complexity.ceil_log")
 
 
-def over_trends(fn, rows: list[tuple[float, int, float]]) -> list[str]:
-    """``fn(delta, direction, margin)`` on every row."""
-    return [fn(*row) for row in rows]
+def over_rows(fn, rows: list[tuple]) -> list[int]:
+    """``fn(*row)`` for every row, as integers (a float that is a whole number counts)."""
+    out = []
+    for row in rows:
+        v = fn(*row)
+        out.append(int(v) if isinstance(v, float) and v.is_integer() else v)
+    return out
 
 
-def _verdict_cases() -> list[Case]:
-    rows = [(d, direction, m) for direction in (1, -1, 0) for d in (0.5, -0.5, 0.05, -0.05, 0.2, 0.0)
-            for m in (0.1, 0.0)]
-    return [Case("every direction, inside and outside the margin", (rows,)),
-            Case("a margin of 0 and a tie at the margin", ([(0.1, 1, 0.1), (-0.1, -1, 0.1), (0.1, 0, 0.1)],))]
+# -- layer_macs --------------------------------------------------------------------------------------------------
+def _macs_cases() -> list[Case]:
+    base = [(kind, n, d, 3, 8) for kind in KINDS for n, d in ((10, 512), (512, 512), (1024, 64))]
+    return [Case("every kind at n < d, n = d, n > d", (base,)),
+            Case("n = 1, d = 1, kernel 5, window 4", ([(kind, 1, 1, 5, 4) for kind in KINDS],)),
+            Case("the crossing n = d = 64 and n = 2d", ([("self_attention", 64, 64, 3, 8), ("recurrent", 64, 64, 3, 8),
+                                                        ("self_attention", 128, 64, 3, 8), ("recurrent", 128, 64, 3, 8)],))]
 
 
-def _verdict_draw(rng) -> Case:
-    rows = [(round(rng.uniform(-1, 1), 3), rng.choice([-1, 0, 1]), round(rng.uniform(0, 0.5), 3)) for _ in range(12)]
-    return Case("12 random (delta, direction, margin)", (rows,))
+def _macs_draw(rng) -> Case:
+    rows = [(rng.choice(KINDS), rng.randint(1, 2048), rng.randint(1, 1024), rng.randint(2, 7), rng.randint(1, 32))
+            for _ in range(8)]
+    return Case("8 random (kind, n, d, k, r)", (rows,))
 
 
-def _v_sign_only(delta, direction, margin):
-    if direction == 0:
-        return "agrees" if abs(delta) <= margin else "differs"
-    return "agrees" if direction * delta > 0 else "opposite"
-
-
-def _v_abs(delta, direction, margin):
-    if direction == 0:
-        return "agrees" if abs(delta) <= margin else "differs"
-    return "agrees" if abs(delta) > margin else "within noise"
-
-
-def _v_no_opposite(delta, direction, margin):
-    if direction == 0:
-        return "agrees" if abs(delta) <= margin else "differs"
-    return "agrees" if direction * delta > margin else "within noise"
-
-
-def _v_zero_as_up(delta, direction, margin):
-    return verdict(delta, 1 if direction == 0 else direction, margin)
+def _macs(kind: str, n: int, d: int, k: int = 3, r: int = 8, att: int = 2, rnn: int = 2, swap: bool = False,
+          conv: int = 1, restricted: int = 2) -> int:
+    """A parametrised count, for writing the planted mistakes."""
+    if kind == "self_attention":
+        return att * n * d * d if swap else att * n * n * d
+    if kind == "recurrent":
+        return rnn * n * d * d
+    if kind == "convolutional":
+        return conv * k * n * d * d
+    return restricted * r * n * d
 
 
 register(Exercise(
-    "11.verdict", "agrees, opposite, within noise (or differs) for one trend against a yardstick", verdict,
-    _verdict_cases, driver=over_trends, draw=_verdict_draw, package=PACKAGE,
+    "11.layer_macs", "Table 1's multiply-adds of one layer: 2n²d, 2nd², knd², 2rnd", layer_macs, _macs_cases,
+    driver=over_rows, draw=_macs_draw, package=PACKAGE, atol=0, rtol=0,
     mistakes=(
-        Mistake("margin ignored", "a trend counts only when it is larger than the noise: compare direction * delta "
-                "with the margin, not with 0", _v_sign_only),
-        Mistake("direction ignored", "a trend agrees when it goes the claim's way: multiply delta by the direction "
-                "(a drop of 0.5 does not agree with 'higher')", _v_abs),
-        Mistake("opposite never said", "a trend that goes the other way by more than the margin is 'opposite', not "
-                "'within noise'", _v_no_opposite),
-        Mistake("'no difference' judged as 'higher'", "direction 0 claims no difference: it agrees when |delta| <= "
-                "margin and differs otherwise", _v_zero_as_up),
+        Mistake("one product of attention counted", "attention does two products over n x n: QK^T (n²d) and the "
+                "weights times V (n²d): 2n²d", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, att=1)),
+        Mistake("n and d swapped in attention", "self-attention grows with n² (every query meets every key), "
+                "the recurrent layer with d²", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, swap=True)),
+        Mistake("one product of the recurrent cell counted", "each step does W_x x_t and W_h h_(t-1), two d x d "
+                "products: 2nd²", lambda kind, n, d, k=3, r=8: _macs(kind, n, d, k, r, rnn=1)),
+        Mistake("restricted attention over every key", "restricted attention sees r keys per query, not n: 2rnd",
+                lambda kind, n, d, k=3, r=8: 2 * n * n * d if kind == "restricted" else _macs(kind, n, d, k, r)),
     )))
 
 
-# -- the paired verdict of one row -------------------------------------------------------------------------------
-def paired_verdict(base: list[float], variant: list[float], direction: int, factor: float = SPREAD_FACTOR
-                   ) -> tuple[float, float, str]:
-    """The verdict on one Table 3 row from per-seed figures (``base[i]``, ``variant[i]`` share seed i): the mean
-    paired difference (variant - base), the margin ``factor`` standard errors of that mean, and the verdict."""
-    runs = [{"row": r, "seed": s, "x": v} for r, vals in (("base", base), ("variant", variant))
-            for s, v in enumerate(vals)]
-    j = judge_seeded(runs, {"claim": ("variant", direction)}, "x", base="base", factor=factor)["claim"]
-    return j["delta"], j["margin"], j["verdict"]
+# -- analytic_path_length ------------------------------------------------------------------------------------------
+def _path_cases() -> list[Case]:
+    rows = [(kind, n, 3, 8, False) for kind in KINDS for n in (1, 2, 9, 10, 50)]
+    powers = [("convolutional", n, k, 8, True) for k, n in ((3, 27), (3, 28), (5, 125), (5, 126), (2, 1), (7, 343))]
+    return [Case("every kind, n = 1, 2, 9, 10, 50", (rows,)), Case("dilated, n at exact powers of k", (powers,))]
 
 
-def _pv(base, variant, direction, factor=SPREAD_FACTOR, paired=True, se=True, ddof=1, flip=False):
-    """A parametrised paired verdict, for writing the planted mistakes."""
-    diffs = [v - b for b, v in zip(base, variant, strict=True)]
-    if flip:
-        diffs = [-d for d in diffs]
-    mean = statistics.fmean(diffs)
-    if paired:
-        sd = statistics.stdev(diffs) if ddof == 1 else statistics.pstdev(diffs)
-    else:  # the spread of each row on its own, as if the seeds were not shared
-        sd = math.sqrt(statistics.variance(base) + statistics.variance(variant))
-    margin = factor * sd / (math.sqrt(len(diffs)) if se else 1.0)
-    return mean, margin, verdict(mean, direction, margin)
+def _path_draw(rng) -> Case:
+    rows = []
+    for _ in range(10):
+        kind = rng.choice(KINDS)
+        k = rng.choice([3, 5, 7])
+        n = k ** rng.randint(1, 6) + rng.choice([-1, 0, 0, 1]) if rng.random() < 0.5 else rng.randint(1, 400)
+        rows.append((kind, max(n, 1), k, rng.choice([2, 4, 8, 16]), kind == "convolutional" and rng.random() < 0.6))
+    return Case("10 random (kind, n, k, r, dilated)", (rows,))
 
 
-def _pv_cases() -> list[Case]:
-    return [Case("3 seeds, a clear drop claimed", ([4.10, 4.32, 3.95], [3.90, 4.15, 3.71], -1, 2.0)),
-            Case("3 seeds, seeds move the base more than the variant does", ([4.0, 4.6, 3.5], [4.1, 4.7, 3.62], 1, 2.0)),
-            Case("2 seeds, a 'no difference' claim", ([20.1, 21.3], [20.4, 21.2], 0, 2.0)),
-            Case("5 seeds, factor 1", ([1.0, 1.2, 0.9, 1.1, 1.05], [1.1, 1.1, 1.0, 1.3, 1.0], 1, 1.0))]
+def _path_float_log(kind, n, k=3, r=8, dilated=False):
+    if kind == "convolutional" and dilated and n > 1:
+        return math.ceil(math.log(n, k))
+    return analytic_path_length(kind, n, k, r, dilated)
 
 
-def _pv_draw(rng) -> Case:
-    n = rng.randint(2, 6)
-    base = [round(rng.gauss(4.0, 0.4), 3) for _ in range(n)]
-    shift, noise = rng.choice([-0.3, -0.05, 0.0, 0.05, 0.3]), rng.choice([0.02, 0.1, 0.3])
-    variant = [round(b + shift + rng.gauss(0, noise), 3) for b in base]
-    return Case(f"{n} seeds, shift {shift}, noise {noise}", (base, variant, rng.choice([-1, 0, 1]),
-                                                            rng.choice([1.0, 2.0, 3.0])))
+def _path_full_kernel(kind, n, k=3, r=8, dilated=False):
+    if kind == "convolutional" and not dilated and n > 1:
+        return -(-(n - 1) // (k - 1))
+    if kind == "restricted" and n > 1:
+        return -(-(n - 1) // r)
+    return analytic_path_length(kind, n, k, r, dilated)
+
+
+def _path_recurrent_one(kind, n, k=3, r=8, dilated=False):
+    return 1 if kind == "recurrent" else analytic_path_length(kind, n, k, r, dilated)
+
+
+def _path_floor(kind, n, k=3, r=8, dilated=False):
+    if kind == "convolutional" and not dilated and n > 1:
+        return (n - 1) // ((k - 1) // 2)
+    if kind == "restricted" and n > 1:
+        return (n - 1) // (r // 2)
+    return analytic_path_length(kind, n, k, r, dilated)
 
 
 register(Exercise(
-    "11.paired_verdict", "mean paired difference, its margin (factor x standard error) and the verdict of one row",
-    paired_verdict, _pv_cases, draw=_pv_draw, package=ROW_PACKAGE, atol=1e-9, rtol=1e-9,
+    "11.path_length", "the layers before output n-1 depends on input 0 (Table 1's last column)", analytic_path_length,
+    _path_cases, driver=over_rows, draw=_path_draw, package=PACKAGE, atol=0, rtol=0, name="path_length",
     mistakes=(
-        Mistake("seeds not paired", "the seeds are shared: take the differences seed by seed and their spread, not "
-                "each row's own spread (which holds the seed-to-seed noise the pairing cancels)",
-                lambda b, v, d, f=SPREAD_FACTOR: _pv(b, v, d, f, paired=False)),
-        Mistake("standard deviation, not standard error", "the margin is factor x sd / sqrt(number of seeds): the "
-                "mean of n differences is sqrt(n) times steadier than one", lambda b, v, d, f=SPREAD_FACTOR:
-                _pv(b, v, d, f, se=False)),
-        Mistake("population standard deviation", "the spread of a sample divides by n - 1 (statistics.stdev), not n",
-                lambda b, v, d, f=SPREAD_FACTOR: _pv(b, v, d, f, ddof=0)),
-        Mistake("base minus variant", "a row's trend is variant - base: a variant that lowers the loss has a negative "
-                "delta", lambda b, v, d, f=SPREAD_FACTOR: _pv(b, v, d, f, flip=True)),
+        Mistake("log in floating point", "math.ceil(math.log(n, k)) is one too many at some exact powers of k "
+                "(math.log(125, 5) = 3.0000000000000004): count the layers in integers, multiplying the reach by k",
+                _path_float_log),
+        Mistake("a kernel reaches k - 1 to one side", "a centred kernel of width k reaches (k - 1) // 2 positions to "
+                "each side (a window of r keys, r // 2)", _path_full_kernel),
+        Mistake("recurrent path of one layer", "unrolled in time, the recurrent layer is n applications of its cell: "
+                "the signal from position 0 crosses n of them", _path_recurrent_one),
+        Mistake("rounded down", "a last partial step still needs a layer: round the division up", _path_floor),
     )))

@@ -1,112 +1,123 @@
-"""Exercise of notebook 12 (attention as explanation): integrated gradients as the right Riemann sum the lesson's
-attributions approximate (what Captum's ``IntegratedGradients(method="riemann_right")`` computes: a test checks),
-tried on a small non-linear function, where a wrong path, a missing (x - baseline) or a gradient taken at one point
-shows."""
+"""Exercises of notebook 12 (the paper's Table 3): the verdict on one trend against a noise yardstick, and the
+paired verdict of one row from per-seed numbers, checked against :func:`workbench.lessons.verdicts.verdict` and
+:func:`workbench.lessons.table3.judge_seeded`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import math
+import statistics
 
-import torch
-from torch import Tensor
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.table3 import SPREAD_FACTOR, judge_seeded
+from workbench.lessons.verdicts import verdict
 
-from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import Case, Exercise, Invariant, register, variants
-
-PACKAGE = ("captum.attr.IntegratedGradients", "workbench.inspect.attribution.attribute")
-
-
-def integrated_gradients(f: Callable[[Tensor], Tensor], x: Tensor, baseline: Tensor, n_steps: int) -> Tensor:
-    """(x - x') times the mean of the gradients of f at x' + (k / n_steps)(x - x'), k = 1..n_steps: the right
-    Riemann sum of integrated gradients (Sundararajan et al., 2017), one row of attributions per input row.
-
-    Shapes:
-        x, baseline (N, D); f: (N, D) -> (N,) -> (N, D)
-    """
-    alphas = torch.arange(1, n_steps + 1, dtype=x.dtype) / n_steps  # (n,) the right end of each step
-    path = baseline[None] + alphas[:, None, None] * (x - baseline)[None]  # (n, N, D)
-    path = path.detach().requires_grad_(True)
-    with torch.enable_grad():
-        (grads,) = torch.autograd.grad(f(path.reshape(-1, x.shape[-1])).sum(), path)  # (n, N, D)
-    return (x - baseline) * grads.mean(0)  # Captum's IntegratedGradients(method="riemann_right") (a test checks)
+PACKAGE = ("workbench.lessons.verdicts.verdict", "workbench.lessons.verdicts.judge_claims",
+           "workbench.lessons.table3.judge_seeded")
+# the paired verdict may use the verdict (the student's own, from the exercise before, or the package's)
+ROW_PACKAGE = ("workbench.lessons.table3.judge_seeded", "workbench.lessons.table3.paired_differences",
+               "workbench.lessons.verdicts.judge_claims")
 
 
-def on_function(fn, x: Tensor, baseline: Tensor, W1: Tensor, w2: Tensor, n_steps: int) -> Tensor:
-    """``fn`` on f(x) = tanh(x W1) w2: a non-linear, row-wise function (its gradient changes along the path)."""
-
-    def f(inputs: Tensor) -> Tensor:
-        return torch.tanh(inputs @ W1) @ w2  # (N, D) @ (D, Hd) -> (N, Hd) @ (Hd,) -> (N,)
-
-    return fn(f, x, baseline, n_steps)
+def over_trends(fn, rows: list[tuple[float, int, float]]) -> list[str]:
+    """``fn(delta, direction, margin)`` on every row."""
+    return [fn(*row) for row in rows]
 
 
-def _case(name: str, N: int, D: int, Hd: int, n_steps: int, seed: int, dtype=torch.float32, zero: bool = True,
-          scale: float = 1.5) -> Case:
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.randn(N, D, generator=g, dtype=torch.float64) * scale).to(dtype)
-    base = torch.zeros_like(x) if zero else (torch.randn(N, D, generator=g, dtype=torch.float64) * 0.5).to(dtype)
-    W1 = torch.randn(D, Hd, generator=g, dtype=torch.float64).to(dtype)
-    w2 = torch.randn(Hd, generator=g, dtype=torch.float64).to(dtype)
-    return Case(name, (x, base, W1, w2, n_steps))
+def _verdict_cases() -> list[Case]:
+    rows = [(d, direction, m) for direction in (1, -1, 0) for d in (0.5, -0.5, 0.05, -0.05, 0.2, 0.0)
+            for m in (0.1, 0.0)]
+    return [Case("every direction, inside and outside the margin", (rows,)),
+            Case("a margin of 0 and a tie at the margin", ([(0.1, 1, 0.1), (-0.1, -1, 0.1), (0.1, 0, 0.1)],))]
 
 
-def _cases() -> list[Case]:
-    return [_case("4 rows, 6 features, 20 steps, zero baseline", 4, 6, 8, 20, 12),
-            _case("float64, a non-zero baseline, 7 steps", 3, 5, 4, 7, 13, dtype=torch.float64, zero=False),
-            _case("1 row, 1 step", 1, 3, 5, 1, 14, dtype=torch.float64),
-            _case("2 rows, 50 steps", 2, 4, 6, 50, 15)]
+def _verdict_draw(rng) -> Case:
+    rows = [(round(rng.uniform(-1, 1), 3), rng.choice([-1, 0, 1]), round(rng.uniform(0, 0.5), 3)) for _ in range(12)]
+    return Case("12 random (delta, direction, margin)", (rows,))
 
 
-def _draw(rng) -> Case:
-    N, D, Hd, n = rng.randint(1, 5), rng.randint(1, 7), rng.randint(1, 8), rng.randint(1, 40)
-    dt = P.dtype(rng)
-    return _case(f"{N} rows, {D} features, {n} steps, {dt}", N, D, Hd, n, rng.randrange(2**31), dtype=dt,
-                 zero=rng.random() < 0.5, scale=rng.choice([0.5, 1.5, 3.0]))
-
-
-def _ig(f, x, baseline, n_steps, points: str = "right", times_delta: bool = True, mean: bool = True):
-    """A parametrised integrated gradients, for writing the planted mistakes."""
-    if points == "input":
-        alphas = [1.0]
-    elif points == "left":
-        alphas = [k / n_steps for k in range(n_steps)]
-    else:
-        alphas = [k / n_steps for k in range(1, n_steps + 1)]
-    total = torch.zeros_like(x)
-    for a in alphas:
-        point = (baseline + a * (x - baseline)).detach().requires_grad_(True)
-        with torch.enable_grad():
-            (grad,) = torch.autograd.grad(f(point).sum(), point)
-        total = total + grad
-    avg = total / len(alphas) if mean else total
-    return avg * (x - baseline) if times_delta else avg
-
-
-def _completeness(args: tuple, out) -> str | None:
-    """Completeness holds only as n_steps grows; what holds at any n: a feature where x equals the baseline gets 0."""
-    x, base = args[0], args[1]
-    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-        return None
-    same = x == base
-    bad = same & (out != 0)
-    if bool(bad.any()):
-        idx = tuple(int(i) for i in bad.nonzero()[0])
-        return f"feature {idx} equals its baseline but got {out[idx].item():.4g}"
-    return None
+def _v(delta, direction, margin, against_margin=True, signed=True, opposite=True, zero_as_up=False):
+    """A parametrised verdict, for writing the planted mistakes (each setting off is one mistake)."""
+    if zero_as_up and direction == 0:
+        direction = 1
+    if direction == 0:
+        return "agrees" if abs(delta) <= margin else "differs"
+    trend = direction * delta if signed else abs(delta)
+    if not against_margin:  # the sign alone: any trend the other way is "opposite"
+        return "agrees" if trend > 0 else "opposite"
+    if trend > margin:
+        return "agrees"
+    return "opposite" if opposite and trend < -margin else "within noise"
 
 
 register(Exercise(
-    "12.integrated_gradients", "the right Riemann sum of integrated gradients along the straight path",
-    integrated_gradients, _cases, driver=on_function, draw=_draw, package=PACKAGE, atol=1e-5, rtol=1e-4,
-    invariants=(Invariant("a feature equal to its baseline gets 0 (the factor x - x')", _completeness),),
-    mistakes=variants(
-        _ig,
-        ("gradient at the input only (gradient x input)", "integrated gradients averages the gradient along the "
-         "path from the baseline to x, at x' + (k / n)(x - x') for k = 1..n, not only at x", {"points": "input"}),
-        ("left Riemann sum", "the lesson's sum takes the right end of each step: k = 1..n (k = 0 is the baseline, "
-         "k = n is x itself)", {"points": "left"}),
-        ("(x - baseline) not multiplied", "multiply the mean gradient by x - x', feature by feature: that factor makes "
-         "the attributions add up to f(x) - f(x')", {"times_delta": False}),
-        ("gradients summed, not averaged", "divide the summed gradients by n_steps (the step length 1/n of the "
-         "Riemann sum)", {"mean": False}),
+    "12.verdict", "agrees, opposite, within noise (or differs) for one trend against a yardstick", verdict,
+    _verdict_cases, driver=over_trends, draw=_verdict_draw, package=PACKAGE,
+    mistakes=(
+        Mistake("margin ignored", "a trend counts only when it is larger than the noise: compare direction * delta "
+                "with the margin, not with 0", functools.partial(_v, against_margin=False)),
+        Mistake("direction ignored", "a trend agrees when it goes the claim's way: multiply delta by the direction "
+                "(a drop of 0.5 does not agree with 'higher')", functools.partial(_v, signed=False)),
+        Mistake("opposite never said", "a trend that goes the other way by more than the margin is 'opposite', not "
+                "'within noise'", functools.partial(_v, opposite=False)),
+        Mistake("'no difference' judged as 'higher'", "direction 0 claims no difference: it agrees when |delta| <= "
+                "margin and differs otherwise", functools.partial(_v, zero_as_up=True)),
+    )))
+
+
+# -- the paired verdict of one row -------------------------------------------------------------------------------
+def paired_verdict(base: list[float], variant: list[float], direction: int, factor: float = SPREAD_FACTOR
+                   ) -> tuple[float, float, str]:
+    """The verdict on one Table 3 row from per-seed figures (``base[i]``, ``variant[i]`` share seed i): the mean
+    paired difference (variant - base), the margin ``factor`` standard errors of that mean, and the verdict."""
+    runs = [{"row": r, "seed": s, "x": v} for r, vals in (("base", base), ("variant", variant))
+            for s, v in enumerate(vals)]
+    j = judge_seeded(runs, {"claim": ("variant", direction)}, "x", base="base", factor=factor)["claim"]
+    return j["delta"], j["margin"], j["verdict"]
+
+
+def _pv(base, variant, direction, factor=SPREAD_FACTOR, paired=True, se=True, ddof=1, flip=False):
+    """A parametrised paired verdict, for writing the planted mistakes."""
+    diffs = [v - b for b, v in zip(base, variant, strict=True)]
+    if flip:
+        diffs = [-d for d in diffs]
+    mean = statistics.fmean(diffs)
+    if paired:
+        sd = statistics.stdev(diffs) if ddof == 1 else statistics.pstdev(diffs)
+    else:  # the spread of each row on its own, as if the seeds were not shared
+        sd = math.sqrt(statistics.variance(base) + statistics.variance(variant))
+    margin = factor * sd / (math.sqrt(len(diffs)) if se else 1.0)
+    return mean, margin, verdict(mean, direction, margin)
+
+
+def _pv_cases() -> list[Case]:
+    return [Case("3 seeds, a clear drop claimed", ([4.10, 4.32, 3.95], [3.90, 4.15, 3.71], -1, 2.0)),
+            Case("3 seeds, seeds move the base more than the variant does", ([4.0, 4.6, 3.5], [4.1, 4.7, 3.62], 1, 2.0)),
+            Case("2 seeds, a 'no difference' claim", ([20.1, 21.3], [20.4, 21.2], 0, 2.0)),
+            Case("5 seeds, factor 1", ([1.0, 1.2, 0.9, 1.1, 1.05], [1.1, 1.1, 1.0, 1.3, 1.0], 1, 1.0))]
+
+
+def _pv_draw(rng) -> Case:
+    n = rng.randint(2, 6)
+    base = [round(rng.gauss(4.0, 0.4), 3) for _ in range(n)]
+    shift, noise = rng.choice([-0.3, -0.05, 0.0, 0.05, 0.3]), rng.choice([0.02, 0.1, 0.3])
+    variant = [round(b + shift + rng.gauss(0, noise), 3) for b in base]
+    return Case(f"{n} seeds, shift {shift}, noise {noise}", (base, variant, rng.choice([-1, 0, 1]),
+                                                            rng.choice([1.0, 2.0, 3.0])))
+
+
+register(Exercise(
+    "12.paired_verdict", "mean paired difference, its margin (factor x standard error) and the verdict of one row",
+    paired_verdict, _pv_cases, draw=_pv_draw, package=ROW_PACKAGE, atol=1e-9, rtol=1e-9,
+    mistakes=(
+        Mistake("seeds not paired", "the seeds are shared: take the differences seed by seed and their spread, not "
+                "each row's own spread (which holds the seed-to-seed noise the pairing cancels)",
+                lambda b, v, d, f=SPREAD_FACTOR: _pv(b, v, d, f, paired=False)),
+        Mistake("standard deviation, not standard error", "the margin is factor x sd / sqrt(number of seeds): the "
+                "mean of n differences is sqrt(n) times steadier than one", lambda b, v, d, f=SPREAD_FACTOR:
+                _pv(b, v, d, f, se=False)),
+        Mistake("population standard deviation", "the spread of a sample divides by n - 1 (statistics.stdev), not n",
+                lambda b, v, d, f=SPREAD_FACTOR: _pv(b, v, d, f, ddof=0)),
+        Mistake("base minus variant", "a row's trend is variant - base: a variant that lowers the loss has a negative "
+                "delta", lambda b, v, d, f=SPREAD_FACTOR: _pv(b, v, d, f, flip=True)),
     )))

@@ -1,94 +1,112 @@
-"""Exercise of notebook 13 (activation patching): the hook that patches one position of a module's output with the
-activation cached from another run, checked by registering it on a layer and comparing the patched output (and its
-gradients) with the package's rule (:func:`workbench.inspect.patching.patch` replaces a site's positions the same
-way)."""
+"""Exercise of notebook 13 (attention as explanation): integrated gradients as the right Riemann sum the lesson's
+attributions approximate (what Captum's ``IntegratedGradients(method="riemann_right")`` computes: a test checks),
+tried on a small non-linear function, where a wrong path, a missing (x - baseline) or a gradient taken at one point
+shows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from workbench.lessons.exercises import properties as P
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.lessons.exercises.core import Case, Exercise, Invariant, register, variants
 
-PACKAGE = ("workbench.inspect.patching.patch", "workbench.inspect.patching.patch_plans")
+PACKAGE = ("captum.attr.IntegratedGradients", "workbench.inspect.attribution.attribute")
 
 
-def patch_hook(cached: Tensor, position: int) -> Callable[[nn.Module, tuple, Tensor], Tensor]:
-    """A forward hook that returns the module's output (B, T, D) with position ``position`` replaced by
-    ``cached[:, position]`` (the same site's activation in another run); every other position is left as it is.
+def integrated_gradients(f: Callable[[Tensor], Tensor], x: Tensor, baseline: Tensor, n_steps: int) -> Tensor:
+    """(x - x') times the mean of the gradients of f at x' + (k / n_steps)(x - x'), k = 1..n_steps: the right
+    Riemann sum of integrated gradients (Sundararajan et al., 2017), one row of attributions per input row.
 
     Shapes:
-        cached (B, T, D); the hook: output (B, T, D) -> (B, T, D)
+        x, baseline (N, D); f: (N, D) -> (N,) -> (N, D)
     """
-
-    def hook(module: nn.Module, inputs: tuple, output: Tensor) -> Tensor:
-        keep = torch.arange(output.shape[1], device=output.device) != position  # (T,)
-        return torch.where(keep[None, :, None], output, cached.to(output.dtype))  # (B, T, D)
-
-    return hook
-
-
-def patched_run(fn, x: Tensor, layer: nn.Module, cached: Tensor, position: int) -> Tensor:
-    """``layer(x)`` with the hook ``fn(cached, position)`` registered while it runs (removed after)."""
-    handle = layer.register_forward_hook(fn(cached, position))
-    try:
-        return layer(x)
-    finally:
-        handle.remove()
+    alphas = torch.arange(1, n_steps + 1, dtype=x.dtype) / n_steps  # (n,) the right end of each step
+    path = baseline[None] + alphas[:, None, None] * (x - baseline)[None]  # (n, N, D)
+    path = path.detach().requires_grad_(True)
+    with torch.enable_grad():
+        (grads,) = torch.autograd.grad(f(path.reshape(-1, x.shape[-1])).sum(), path)  # (n, N, D)
+    return (x - baseline) * grads.mean(0)  # Captum's IntegratedGradients(method="riemann_right") (a test checks)
 
 
-def _case(name: str, B: int, T: int, D_in: int, D: int, position: int, seed: int, dtype=torch.float32) -> Case:
+def on_function(fn, x: Tensor, baseline: Tensor, W1: Tensor, w2: Tensor, n_steps: int) -> Tensor:
+    """``fn`` on f(x) = tanh(x W1) w2: a non-linear, row-wise function (its gradient changes along the path)."""
+
+    def f(inputs: Tensor) -> Tensor:
+        return torch.tanh(inputs @ W1) @ w2  # (N, D) @ (D, Hd) -> (N, Hd) @ (Hd,) -> (N,)
+
+    return fn(f, x, baseline, n_steps)
+
+
+def _case(name: str, N: int, D: int, Hd: int, n_steps: int, seed: int, dtype=torch.float32, zero: bool = True,
+          scale: float = 1.5) -> Case:
     g = torch.Generator().manual_seed(seed)
-    layer = nn.Linear(D_in, D).to(dtype)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype))
-    x = torch.randn(B, T, D_in, generator=g, dtype=torch.float64).to(dtype)
-    cached = torch.randn(B, T, D, generator=g, dtype=torch.float64).to(dtype)
-    return Case(name, (x, layer, cached, position))
+    x = (torch.randn(N, D, generator=g, dtype=torch.float64) * scale).to(dtype)
+    base = torch.zeros_like(x) if zero else (torch.randn(N, D, generator=g, dtype=torch.float64) * 0.5).to(dtype)
+    W1 = torch.randn(D, Hd, generator=g, dtype=torch.float64).to(dtype)
+    w2 = torch.randn(Hd, generator=g, dtype=torch.float64).to(dtype)
+    return Case(name, (x, base, W1, w2, n_steps))
 
 
 def _cases() -> list[Case]:
-    return [_case("batch 2, 5 positions, patch position 2", 2, 5, 4, 6, 2, 13),
-            _case("float64, patch the first position", 3, 4, 3, 5, 0, 14, dtype=torch.float64),
-            _case("patch the last position", 2, 6, 4, 4, 5, 15),
-            _case("batch 1, length 1", 1, 1, 2, 3, 0, 16, dtype=torch.float64)]
+    return [_case("4 rows, 6 features, 20 steps, zero baseline", 4, 6, 8, 20, 12),
+            _case("float64, a non-zero baseline, 7 steps", 3, 5, 4, 7, 13, dtype=torch.float64, zero=False),
+            _case("1 row, 1 step", 1, 3, 5, 1, 14, dtype=torch.float64),
+            _case("2 rows, 50 steps", 2, 4, 6, 50, 15)]
 
 
 def _draw(rng) -> Case:
-    B, T, D_in, D, dt = rng.randint(1, 4), rng.randint(1, 8), rng.randint(1, 6), rng.randint(1, 6), P.dtype(rng)
-    pos = rng.randrange(T)
-    return _case(f"B={B}, T={T}, D={D}, position {pos}, {dt}", B, T, D_in, D, pos, rng.randrange(2**31), dtype=dt)
+    N, D, Hd, n = rng.randint(1, 5), rng.randint(1, 7), rng.randint(1, 8), rng.randint(1, 40)
+    dt = P.dtype(rng)
+    return _case(f"{N} rows, {D} features, {n} steps, {dt}", N, D, Hd, n, rng.randrange(2**31), dtype=dt,
+                 zero=rng.random() < 0.5, scale=rng.choice([0.5, 1.5, 3.0]))
 
 
-def _wrong(select: Callable[[Tensor, int], Tensor], add: bool = False) -> Callable[[Tensor, int], Any]:
-    def make(cached: Tensor, position: int):
-        def hook(module, inputs, output):
-            chosen = select(torch.arange(output.shape[1]), position)  # (T,) bool: the positions replaced
-            if add:
-                return output + cached * chosen[None, :, None].to(output.dtype)
-            return torch.where(chosen[None, :, None], cached.to(output.dtype), output)
+def _ig(f, x, baseline, n_steps, points: str = "right", times_delta: bool = True, mean: bool = True):
+    """A parametrised integrated gradients, for writing the planted mistakes."""
+    if points == "input":
+        alphas = [1.0]
+    elif points == "left":
+        alphas = [k / n_steps for k in range(n_steps)]
+    else:
+        alphas = [k / n_steps for k in range(1, n_steps + 1)]
+    total = torch.zeros_like(x)
+    for a in alphas:
+        point = (baseline + a * (x - baseline)).detach().requires_grad_(True)
+        with torch.enable_grad():
+            (grad,) = torch.autograd.grad(f(point).sum(), point)
+        total = total + grad
+    avg = total / len(alphas) if mean else total
+    return avg * (x - baseline) if times_delta else avg
 
-        return hook
 
-    return make
+def _completeness(args: tuple, out) -> str | None:
+    """Completeness holds only as n_steps grows; what holds at any n: a feature where x equals the baseline gets 0."""
+    x, base = args[0], args[1]
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        return None
+    same = x == base
+    bad = same & (out != 0)
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        return f"feature {idx} equals its baseline but got {out[idx].item():.4g}"
+    return None
 
 
 register(Exercise(
-    "13.patch_hook", "a forward hook that replaces one position's output with the cached activation", patch_hook,
-    _cases, driver=patched_run, draw=_draw, package=PACKAGE, differentiable=True,
-    mistakes=(
-        Mistake("every position patched", "replace only position `position` (output[:, position]); the other "
-                "positions keep this run's activations", _wrong(lambda t, p: torch.ones_like(t, dtype=torch.bool))),
-        Mistake("every position from `position` on patched", "patch one position: the later positions must be "
-                "computed from this run (the patch reaches them only through the model)",
-                _wrong(lambda t, p: t >= p)),
-        Mistake("cached activation added", "patching replaces the activation: the output at that position becomes "
-                "the cached one, it is not the sum of the two", _wrong(lambda t, p: t == p, add=True)),
-        Mistake("the positions other than `position` patched", "`position` is the one to replace: keep the others",
-                _wrong(lambda t, p: t != p)),
+    "13.integrated_gradients", "the right Riemann sum of integrated gradients along the straight path",
+    integrated_gradients, _cases, driver=on_function, draw=_draw, package=PACKAGE, atol=1e-5, rtol=1e-4,
+    invariants=(Invariant("a feature equal to its baseline gets 0 (the factor x - x')", _completeness),),
+    mistakes=variants(
+        _ig,
+        ("gradient at the input only (gradient x input)", "integrated gradients averages the gradient along the "
+         "path from the baseline to x, at x' + (k / n)(x - x') for k = 1..n, not only at x", {"points": "input"}),
+        ("left Riemann sum", "the lesson's sum takes the right end of each step: k = 1..n (k = 0 is the baseline, "
+         "k = n is x itself)", {"points": "left"}),
+        ("(x - baseline) not multiplied", "multiply the mean gradient by x - x', feature by feature: that factor makes "
+         "the attributions add up to f(x) - f(x')", {"times_delta": False}),
+        ("gradients summed, not averaged", "divide the summed gradients by n_steps (the step length 1/n of the "
+         "Riemann sum)", {"mean": False}),
     )))

@@ -1,65 +1,94 @@
-"""Exercise of notebook 14 (one sentence end to end): re-ranking the finished beam hypotheses with the GNMT length
-penalty, log P(Y) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha (the rule :func:`workbench.translation.decode_trace.rerank`
-and :func:`~workbench.translation.decode.beam_search` apply), checked on drawn beams where alpha changes the winner."""
+"""Exercise of notebook 14 (activation patching): the hook that patches one position of a module's output with the
+activation cached from another run, checked by registering it on a layer and comparing the patched output (and its
+gradients) with the package's rule (:func:`workbench.inspect.patching.patch` replaces a site's positions the same
+way)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from workbench.lessons.exercises import properties as P
 from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
-from workbench.translation.decode import length_penalty
 
-PACKAGE = ("workbench.translation.decode.length_penalty", "workbench.translation.decode_trace.rerank")
+PACKAGE = ("workbench.inspect.patching.patch", "workbench.inspect.patching.patch_plans")
 
 
-def rerank_finished(logp: Tensor, lengths: Tensor, alpha: float) -> tuple[Tensor, int]:
-    """The normalised scores log P(Y) / ((5 + |Y|) / 6) ** alpha of N finished hypotheses and the index of the
-    best (|Y|: generated tokens, eos included, the start token not).
+def patch_hook(cached: Tensor, position: int) -> Callable[[nn.Module, tuple, Tensor], Tensor]:
+    """A forward hook that returns the module's output (B, T, D) with position ``position`` replaced by
+    ``cached[:, position]`` (the same site's activation in another run); every other position is left as it is.
 
     Shapes:
-        logp (N,) float, lengths (N,) long -> ((N,), int)
+        cached (B, T, D); the hook: output (B, T, D) -> (B, T, D)
     """
-    normalised = logp / length_penalty(lengths, alpha)  # (N,)
-    return normalised, int(normalised.argmax())
+
+    def hook(module: nn.Module, inputs: tuple, output: Tensor) -> Tensor:
+        keep = torch.arange(output.shape[1], device=output.device) != position  # (T,)
+        return torch.where(keep[None, :, None], output, cached.to(output.dtype))  # (B, T, D)
+
+    return hook
 
 
-def _case(name: str, N: int, alpha: float, seed: int, dtype=torch.float32, long_better: bool = True) -> Case:
+def patched_run(fn, x: Tensor, layer: nn.Module, cached: Tensor, position: int) -> Tensor:
+    """``layer(x)`` with the hook ``fn(cached, position)`` registered while it runs (removed after)."""
+    handle = layer.register_forward_hook(fn(cached, position))
+    try:
+        return layer(x)
+    finally:
+        handle.remove()
+
+
+def _case(name: str, B: int, T: int, D_in: int, D: int, position: int, seed: int, dtype=torch.float32) -> Case:
     g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, 25, (N,), generator=g)
-    per_token = -(torch.rand(N, generator=g, dtype=torch.float64) * 0.6 + 0.2)  # log P per token, longer = lower
-    logp = (per_token * lengths - torch.rand(N, generator=g, dtype=torch.float64)).to(dtype)
-    return Case(name, (logp, lengths, alpha))
+    layer = nn.Linear(D_in, D).to(dtype)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype))
+    x = torch.randn(B, T, D_in, generator=g, dtype=torch.float64).to(dtype)
+    cached = torch.randn(B, T, D, generator=g, dtype=torch.float64).to(dtype)
+    return Case(name, (x, layer, cached, position))
 
 
 def _cases() -> list[Case]:
-    return [_case("4 hypotheses, alpha 0.6", 4, 0.6, 14), _case("8 hypotheses, float64, alpha 0", 8, 0.0, 15,
-                                                                  dtype=torch.float64),
-            Case("1 hypothesis, alpha 1.0", (torch.tensor([-3.2], dtype=torch.float64), torch.tensor([4]), 1.0)),
-            Case("alpha changes the winner: short -2.0 (2 tokens) or long -3.1 (6 tokens), alpha 1.5",
-                 (torch.tensor([-2.0, -3.1]), torch.tensor([2, 6]), 1.5))]
+    return [_case("batch 2, 5 positions, patch position 2", 2, 5, 4, 6, 2, 13),
+            _case("float64, patch the first position", 3, 4, 3, 5, 0, 14, dtype=torch.float64),
+            _case("patch the last position", 2, 6, 4, 4, 5, 15),
+            _case("batch 1, length 1", 1, 1, 2, 3, 0, 16, dtype=torch.float64)]
 
 
 def _draw(rng) -> Case:
-    N, alpha, dt = rng.randint(1, 10), rng.choice([0.0, 0.2, 0.6, 1.0, 2.0, 3.0]), P.dtype(rng)
-    return _case(f"{N} hypotheses, alpha {alpha}, {dt}", N, alpha, rng.randrange(2**31), dtype=dt)
+    B, T, D_in, D, dt = rng.randint(1, 4), rng.randint(1, 8), rng.randint(1, 6), rng.randint(1, 6), P.dtype(rng)
+    pos = rng.randrange(T)
+    return _case(f"B={B}, T={T}, D={D}, position {pos}, {dt}", B, T, D_in, D, pos, rng.randrange(2**31), dtype=dt)
 
 
-def _lp(lengths: Tensor, alpha: float) -> Tensor:
-    return ((5.0 + lengths) / 6.0) ** alpha
+def _wrong(select: Callable[[Tensor, int], Tensor], add: bool = False) -> Callable[[Tensor, int], Any]:
+    def make(cached: Tensor, position: int):
+        def hook(module, inputs, output):
+            chosen = select(torch.arange(output.shape[1]), position)  # (T,) bool: the positions replaced
+            if add:
+                return output + cached * chosen[None, :, None].to(output.dtype)
+            return torch.where(chosen[None, :, None], cached.to(output.dtype), output)
+
+        return hook
+
+    return make
 
 
 register(Exercise(
-    "14.rerank_finished", "the finished hypotheses' scores log P / lp(|Y|) and the winner", rerank_finished, _cases,
-    draw=_draw, package=PACKAGE, differentiable=True,
+    "14.patch_hook", "a forward hook that replaces one position's output with the cached activation", patch_hook,
+    _cases, driver=patched_run, draw=_draw, package=PACKAGE, differentiable=True,
     mistakes=(
-        Mistake("start token counted in |Y|", "|Y| counts the generated tokens (eos included), not the start token "
-                "the decoder was fed", lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp / _lp(n + 1, a))),
-        Mistake("multiplied by the penalty", "divide the log-probability by lp(|Y|): multiplying makes long "
-                "hypotheses lose more", lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp * _lp(n, a))),
-        Mistake("lowest score wins", "log-probabilities are negative: the best hypothesis has the highest (least "
-                "negative) normalised score", lambda lp, n, a: (lambda s: (s, int(s.argmin())))(lp / _lp(n, a))),
-        Mistake("divided by the plain length", "the GNMT penalty is ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha",
-                lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp / n.to(lp.dtype) ** a)),
+        Mistake("every position patched", "replace only position `position` (output[:, position]); the other "
+                "positions keep this run's activations", _wrong(lambda t, p: torch.ones_like(t, dtype=torch.bool))),
+        Mistake("every position from `position` on patched", "patch one position: the later positions must be "
+                "computed from this run (the patch reaches them only through the model)",
+                _wrong(lambda t, p: t >= p)),
+        Mistake("cached activation added", "patching replaces the activation: the output at that position becomes "
+                "the cached one, it is not the sum of the two", _wrong(lambda t, p: t == p, add=True)),
+        Mistake("the positions other than `position` patched", "`position` is the one to replace: keep the others",
+                _wrong(lambda t, p: t != p)),
     )))

@@ -1,58 +1,65 @@
-"""Exercise of notebook 16 (a production translator): Marian's (opus-mt's) sinusoidal position table, the paper's
-angles with every sine in the first half of the vector and every cosine in the second, checked against
-:func:`workbench.model.positional.sinusoidal_table` with ``layout="halves"`` (the layout the Hugging Face bridge
-converts)."""
+"""Exercise of notebook 16 (one sentence end to end): re-ranking the finished beam hypotheses with the GNMT length
+penalty, log P(Y) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha (the rule :func:`workbench.translation.decode_trace.rerank`
+and :func:`~workbench.translation.decode.beam_search` apply), checked on drawn beams where alpha changes the winner."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
-from workbench.lessons.exercises.nb04 import _table
-from workbench.model.positional import sinusoidal_table
+from workbench.lessons.exercises import properties as P
+from workbench.lessons.exercises.core import Case, Exercise, Mistake, register
+from workbench.translation.decode import length_penalty
 
-PACKAGE = ("workbench.model.positional.sinusoidal_table", "workbench.model.positional.SinusoidalPositionalEncoding.forward",
-           "workbench.model.positional.rotation_matrix")
+PACKAGE = ("workbench.translation.decode.length_penalty", "workbench.translation.decode_trace.rerank")
 
 
-def marian_positions(max_len: int, d_model: int) -> Tensor:
-    """Marian's table: M[p, i] = sin(p / 10000^(2i/d)) for i < ceil(d/2), M[p, ceil(d/2) + i] = cos(p / 10000^(2i/d)).
+def rerank_finished(logp: Tensor, lengths: Tensor, alpha: float) -> tuple[Tensor, int]:
+    """The normalised scores log P(Y) / ((5 + |Y|) / 6) ** alpha of N finished hypotheses and the index of the
+    best (|Y|: generated tokens, eos included, the start token not).
 
     Shapes:
-        -> (max_len, d_model) float32
+        logp (N,) float, lengths (N,) long -> ((N,), int)
     """
-    return sinusoidal_table(max_len, d_model, layout="halves")
+    normalised = logp / length_penalty(lengths, alpha)  # (N,)
+    return normalised, int(normalised.argmax())
+
+
+def _case(name: str, N: int, alpha: float, seed: int, dtype=torch.float32, long_better: bool = True) -> Case:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 25, (N,), generator=g)
+    per_token = -(torch.rand(N, generator=g, dtype=torch.float64) * 0.6 + 0.2)  # log P per token, longer = lower
+    logp = (per_token * lengths - torch.rand(N, generator=g, dtype=torch.float64)).to(dtype)
+    return Case(name, (logp, lengths, alpha))
 
 
 def _cases() -> list[Case]:
-    return [Case("40 positions, d_model 16", (40, 16)), Case("length 1", (1, 6)),
-            Case("odd d_model 7", (12, 7)), Case("d_model 2", (5, 2))]
+    return [_case("4 hypotheses, alpha 0.6", 4, 0.6, 14), _case("8 hypotheses, float64, alpha 0", 8, 0.0, 15,
+                                                                  dtype=torch.float64),
+            Case("1 hypothesis, alpha 1.0", (torch.tensor([-3.2], dtype=torch.float64), torch.tensor([4]), 1.0)),
+            Case("alpha changes the winner: short -2.0 (2 tokens) or long -3.1 (6 tokens), alpha 1.5",
+                 (torch.tensor([-2.0, -3.1]), torch.tensor([2, 6]), 1.5))]
 
 
-def _halves_column_exponent(max_len: int, d_model: int) -> Tensor:
-    """Within each half, the column number i (not 2i) in the exponent."""
-    position = torch.arange(max_len, dtype=torch.float64)[:, None]
-    n_sin, n_cos = (d_model + 1) // 2, d_model // 2
-    i = torch.arange(n_sin, dtype=torch.float64)
-    angle = position / 10000 ** (i / d_model)
-    return torch.cat([torch.sin(angle), torch.cos(angle[:, :n_cos])], dim=1).float()
+def _draw(rng) -> Case:
+    N, alpha, dt = rng.randint(1, 10), rng.choice([0.0, 0.2, 0.6, 1.0, 2.0, 3.0]), P.dtype(rng)
+    return _case(f"{N} hypotheses, alpha {alpha}, {dt}", N, alpha, rng.randrange(2**31), dtype=dt)
+
+
+def _lp(lengths: Tensor, alpha: float) -> Tensor:
+    return ((5.0 + lengths) / 6.0) ** alpha
 
 
 register(Exercise(
-    "16.marian_positions", "Marian's sinusoidal table: every sine first, then every cosine", marian_positions, _cases,
-    draw=lambda rng: (lambda T, D: Case(f"{T} positions, d_model {D}", (T, D)))(rng.randint(1, 64), rng.randint(1, 40)),
-    package=PACKAGE,
+    "16.rerank_finished", "the finished hypotheses' scores log P / lp(|Y|) and the winner", rerank_finished, _cases,
+    draw=_draw, package=PACKAGE, differentiable=True,
     mistakes=(
-        *variants(
-            _table,
-            ("interleaved (the paper's layout)", "Marian puts every sine in the first half and every cosine in the "
-             "second: [sin(angles), cos(angles)], not alternating columns", {"order": "interleaved"}),
-            ("cosines first", "the first half holds the sines, the second the cosines", {"order": "halves",
-                                                                                          "swap": True}),
-            ("positions counted from 1", "the first position is p = 0 (its row is all sines 0, then all cosines 1)",
-             {"order": "halves", "first": 1}),
-        ),
-        Mistake("column number i in the exponent", "pair i has the angle p / 10000^(2i/d): the exponent is 2i/d, "
-                "twice the column number within a half", _halves_column_exponent),
+        Mistake("start token counted in |Y|", "|Y| counts the generated tokens (eos included), not the start token "
+                "the decoder was fed", lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp / _lp(n + 1, a))),
+        Mistake("multiplied by the penalty", "divide the log-probability by lp(|Y|): multiplying makes long "
+                "hypotheses lose more", lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp * _lp(n, a))),
+        Mistake("lowest score wins", "log-probabilities are negative: the best hypothesis has the highest (least "
+                "negative) normalised score", lambda lp, n, a: (lambda s: (s, int(s.argmin())))(lp / _lp(n, a))),
+        Mistake("divided by the plain length", "the GNMT penalty is ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha",
+                lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp / n.to(lp.dtype) ** a)),
     )))

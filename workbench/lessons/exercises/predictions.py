@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.lessons.exercises.core import RESULTS, CheckResult
+from workbench.lessons.exercises.renumbered import current_id
 
 
 # -- predictions ---------------------------------------------------------------------------------------------------
@@ -109,6 +110,7 @@ def _tolerance_text(rule: Prediction) -> str:
 def predict(prompt_id: str, answer: Any, measured: Any, explanation: str) -> PredictionResult:
     """Compare the student's ``answer`` (None: nothing written) with ``measured`` by the rule registered for
     ``prompt_id`` (:data:`PREDICTIONS`), and explain. Never raises."""
+    prompt_id = current_id(prompt_id, PREDICTIONS)
     try:
         rule = _rule(prompt_id, measured)
         result = _compare(rule, prompt_id, answer, measured, explanation)
@@ -134,6 +136,7 @@ def grade_prediction(prompt_id: str, answer: Any, parameters: dict[str, Any] | N
     """Grade a written ``answer`` with trusted code: the right answer comes from the prediction's ``expected``
     at the lesson's ``parameters`` (its defaults when None), never from the student's run. Never raises; a
     prediction that only the lesson's run can measure is "not graded"."""
+    prompt_id = current_id(prompt_id, PREDICTIONS)
     rule = PREDICTIONS.get(prompt_id)
     if rule is None:
         return PredictionResult(prompt_id, "not graded", f"no prediction {prompt_id!r} is registered", answer)

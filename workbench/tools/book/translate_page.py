@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 WEB_SRC = Path(__file__).resolve().parents[2] / "web"
 PAGE = "translate"  # the page's name in the book (translate.md -> translate.html)
-EMBED = "_static/translate/embed.html"  # the widget alone, which lessons 09 and 14 show in an iframe
+EMBED = "_static/translate/embed.html"  # the widget alone, which lessons 10 and 16 show in an iframe
 TITLE = "Translate in your browser"
 NPM_FILES = {  # copied into _static/translate/: (package folder in node_modules, file in it)
     "ort.wasm.bundle.min.mjs": ("onnxruntime-web", "dist/ort.wasm.bundle.min.mjs"),

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -232,12 +233,17 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
         "not attempted", "not run" or "missing"; ``ran`` is None in the checks-only mode.
     """
     from workbench.lessons import exercises as ex
+    from workbench.lessons.exercises.renumbered import lessons_of
 
     sub = read_submission(student, folder, name)
-    ids = _exercises(sub.number)
-    predictions = _predictions(sub.number)
+    numbers, renamed = lessons_of(name)  # a notebook named before the renumbering: the lessons that hold it now
+    if renamed:
+        warnings.warn(renamed, FutureWarning, stacklevel=2)
+    ids = [i for n in numbers for i in _exercises(n)]
+    predictions = {k: v for n in numbers for k, v in _predictions(n).items()}
     seed = student_seed(student) if opts.seed == "student" else int(opts.seed)
-    record: dict[str, Any] = {"student": student, "notebook": name, "file": sub.file, "note": sub.note, "seed": seed,
+    note = "; ".join(x for x in (sub.note, renamed) if x)
+    record: dict[str, Any] = {"student": student, "notebook": name, "file": sub.file, "note": note, "seed": seed,
                               "ran": None, "exercises": [], "predictions": []}
     if not sub.readable:
         record["exercises"] = [_row(i, NOT_RUN, sub.note) for i in ids]

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 08 · Translating Multi30k end to end
+# # 09 · Translating Multi30k end to end
 #
 # The whole pipeline on German→English Multi30k (29,000 training pairs): a joint BPE vocabulary learnt on the training
 # split only, the paper's recipe (label smoothing 0.1, Adam with $\beta_2 = 0.98$, warm-up then inverse-square-root
@@ -107,7 +107,7 @@ pd.DataFrame(results).T
 # %%
 from workbench.lessons import exercises as ex  # predictions and exercise checks
 beam_wins = results[f"{best}, beam 4"]["bleu"] > results[f"{best}, greedy"]["bleu"]
-ex.predict("08.better_decoder", PREDICT_BETTER_DECODER, "beam 4" if beam_wins else "greedy",
+ex.predict("09.better_decoder", PREDICT_BETTER_DECODER, "beam 4" if beam_wins else "greedy",
            "beam search keeps several hypotheses alive and usually finds translations of higher model "
            "probability, which for a trained model tends to mean a higher BLEU; a barely trained model can "
            "reverse this, since its most probable outputs are not the best translations")
@@ -122,7 +122,7 @@ for i in range(5):
 # BLEU multiplies a brevity penalty by the geometric mean of the clipped $n$-gram precisions $p_1 \dots p_4$. Write the two pieces; the checks compare them with sacreBLEU's own counting, then the cell after them rebuilds the corpus score of the beam-search translations above and puts it beside `corpus_bleu`.
 
 # %% [markdown]
-# ### Exercise 08.ngram_matches · `ngram_matches`
+# ### Exercise 09.ngram_matches · `ngram_matches`
 #
 # For one sentence: the hypothesis' $n$-grams matched in the reference, each counted at most as often as it occurs in the reference (clipped), and the number of $n$-grams in the hypothesis:
 #
@@ -144,12 +144,12 @@ def ngram_matches(hyp, ref, n):
     """  # END PROMPT
 
 # %%
-result = ex.check("08.ngram_matches", ngram_matches)
+result = ex.check("09.ngram_matches", ngram_matches)
 ngram_matches = result.function  # yours if it passed, else the package's: the cells below work either way
 result
 
 # %% [markdown]
-# ### Exercise 08.brevity_penalty · `brevity_penalty`
+# ### Exercise 09.brevity_penalty · `brevity_penalty`
 #
 # $$BP = \begin{cases}1 & c \ge r\\ e^{1 - r/c} & c < r\end{cases}$$ with $c$ the hypotheses' length and $r$ the references' (in tokens, over the corpus); an empty output gets 0.
 #
@@ -168,7 +168,7 @@ def brevity_penalty(hyp_len, ref_len):
     """  # END PROMPT
 
 # %%
-result = ex.check("08.brevity_penalty", brevity_penalty)
+result = ex.check("09.brevity_penalty", brevity_penalty)
 brevity_penalty = result.function  # yours if it passed, else the package's: the cells below work either way
 result
 
@@ -334,11 +334,11 @@ if not CHECKPOINT:  # a user's CHECKPOINT may be the shipped model itself (-p CH
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 08 -p TRAIN_STEPS=1200` — three times the Transformer's steps (about 25 minutes on
+# * `workbench notebooks run --only 09 -p TRAIN_STEPS=1200` — three times the Transformer's steps (about 25 minutes on
 #   2 CPU cores): how much of the gap to the shipped `small-de-en` (8,797 steps) closes, and does beam search stay
 #   ahead of greedy decoding?
-# * `workbench notebooks run --only 08 -p RNN_STEPS=400` — the recurrent baseline trained here on the same 400 steps
+# * `workbench notebooks run --only 09 -p RNN_STEPS=400` — the recurrent baseline trained here on the same 400 steps
 #   and batches as the Transformer: which is ahead after so few steps, and is the gap the shipped pair's (their cards'
 #   scores, printed above, after 100 minutes each)?
-# * `workbench notebooks run --only 08 -p N_TEST=200` — score a fifth of the test set: how far does each BLEU move from
+# * `workbench notebooks run --only 09 -p N_TEST=200` — score a fifth of the test set: how far does each BLEU move from
 #   its 1000-sentence value? That movement is the noise any comparison on a small test set carries.

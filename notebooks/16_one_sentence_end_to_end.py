@@ -14,9 +14,9 @@
 # ---
 
 # %% [markdown]
-# # 14 · One sentence, end to end
+# # 16 · One sentence, end to end
 #
-# Lessons 02 to 07 built the Transformer piece by piece; from 08 on it translated through one call. Here we open that
+# Lessons 02 to 07 built the Transformer piece by piece; from 09 on it translated through one call. Here we open that
 # call and follow a single German sentence through the shipped translator `small-de-en`: its subword pieces and ids,
 # the scaled embeddings plus positions, every encoder layer, the memory the decoder reads, then decoding one token at
 # a time — the five most probable next tokens, where the new token looks in the source, the key/value cache growing —
@@ -61,7 +61,7 @@ print(f"{card['title']}: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, d_model {
 #
 # The tokenizer normalises the text (Unicode NFKC), marks word starts with `▁`, starts each word from its single
 # characters and applies its byte-pair merges in the order they were learned, each merge joining every adjacent pair
-# it names (lesson 15 learns such merges by hand). That is not a search for the longest known piece (WordPiece's
+# it names (lesson 08 learns such merges by hand). That is not a search for the longest known piece (WordPiece's
 # greedy longest match): a word ends in whatever pieces the merge order leaves. Rare words break into several
 # pieces; the end-of-sentence token closes the source. Each piece has one id in the joint German-English vocabulary.
 
@@ -247,7 +247,7 @@ metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=l
                winner_alpha=text(trace.hypothesis(ranking.winner)))
 
 # %% [markdown]
-# ### Exercise 14.rerank_finished · `rerank_finished`
+# ### Exercise 16.rerank_finished · `rerank_finished`
 #
 # Before the search's own ranking below, write it: given the summed log-probabilities `logp` of $N$ finished
 # hypotheses and their lengths $|Y|$ (generated tokens, `<eos>` included, the start token not), return every
@@ -268,7 +268,7 @@ def rerank_finished(logp, lengths, alpha):
 
 # %%
 from workbench.lessons import exercises as ex
-result = ex.check("14.rerank_finished", rerank_finished)
+result = ex.check("16.rerank_finished", rerank_finished)
 rerank_finished = result.function  # yours if it passed, else the package's
 result
 
@@ -328,7 +328,7 @@ metrics.update(rerank_agrees_at=dict(zip([str(a) for a in checked], agree)), win
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("14.longer_alpha", PREDICT_LONGER_ALPHA, ("same" if len(trace.hypothesis(ranking.winner)) == len(trace.hypothesis(ranking_other.winner)) else f"{ALPHA:g}" if len(trace.hypothesis(ranking.winner)) > len(trace.hypothesis(ranking_other.winner)) else f"{ALPHA_OTHER:g}"),
+ex.predict("16.longer_alpha", PREDICT_LONGER_ALPHA, ("same" if len(trace.hypothesis(ranking.winner)) == len(trace.hypothesis(ranking_other.winner)) else f"{ALPHA:g}" if len(trace.hypothesis(ranking.winner)) > len(trace.hypothesis(ranking_other.winner)) else f"{ALPHA_OTHER:g}"),
            "A larger α divides by a larger lp(Y), which grows with the length, so longer finished hypotheses are forgiven more of their (negative) log-probability: the larger α returns the longer translation, or the same.")
 
 # %%
@@ -350,7 +350,7 @@ IFrame("_static/translate/embed.html", width="100%", height=1000)
 # %% [markdown]
 # ## The inspector, while decoding
 #
-# The attention inspector of lesson 09 shows the same things for any sentence you type: open its "while decoding"
+# The attention inspector of lesson 10 shows the same things for any sentence you type: open its "while decoding"
 # panel for each generated token's cross-attention as greedy decoding computed it, and, with beam 4, the search's tree.
 # Its note says what `small-de-en` knows: it learned from image captions only, so try a sentence from elsewhere and
 # watch the translation fall apart. To open it here, run
@@ -385,9 +385,9 @@ assert metrics["budget_is_input_plus_50"]
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 14 -p SENTENCE="Ein halbnackter Mann schläft draußen auf seinem Stuhl."` —
+# * `workbench notebooks run --only 16 -p SENTENCE="Ein halbnackter Mann schläft draußen auf seinem Stuhl."` —
 #   another caption: which greedy steps are unsure (a low top-1 probability), and does α change its beam winner?
-# * `workbench notebooks run --only 14 -p BEAM=8` — a wider beam: how many more hypotheses are pruned, and does the
+# * `workbench notebooks run --only 16 -p BEAM=8` — a wider beam: how many more hypotheses are pruned, and does the
 #   winner at α = 0.6 change?
-# * `workbench notebooks run --only 14 -p SENTENCE="Die Frau sagt , dass sie müde ist ."` — a sentence unlike the image
+# * `workbench notebooks run --only 16 -p SENTENCE="Die Frau sagt , dass sie müde ist ."` — a sentence unlike the image
 #   captions the model learned from: watch the top-5 probabilities fall and the cross-attention rows blur.

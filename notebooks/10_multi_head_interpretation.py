@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 09 · What the heads of a trained translator do
+# # 10 · What the heads of a trained translator do
 #
 # Multi-head attention runs $h$ attention functions side by side on different learned projections and concatenates
 # their outputs before $W^O$: $\mathrm{MultiHead}(Q,K,V) = \mathrm{Concat}(\mathrm{head}_1..\mathrm{head}_h)W^O$.
@@ -146,7 +146,7 @@ PREDICT_PEAKED_KIND: str | None = None  # enc_self, dec_self or cross
 # ## Confidence, entropy and positional heads over the validation set
 
 # %% [markdown]
-# ### Exercise 09.head_entropy · `head_entropy`
+# ### Exercise 10.head_entropy · `head_entropy`
 #
 # How spread out is a head? The entropy of one row of weights is $H = -\sum_j w_j \log w_j$ (nats; a weight of 0
 # adds nothing): 0 when the head looks at a single key, $\log T_k$ when it spreads evenly. Average it over the real
@@ -171,12 +171,12 @@ def head_entropy(weights, query_mask=None):
 
 # %%
 from workbench.lessons import exercises as ex
-result = ex.check("09.head_entropy", head_entropy)
+result = ex.check("10.head_entropy", head_entropy)
 head_entropy = result.function  # yours if it passed, else the package's: the cells below work either way
 result
 
 # %% [markdown]
-# ### Exercise 09.positional_score · `positional_score`
+# ### Exercise 10.positional_score · `positional_score`
 #
 # A *previous-token head* puts its weight on key $i-1$ for query $i$. For an `offset` ($-1$: previous token, $+1$:
 # next), take the weight of each query $i$ on key $i + \text{offset}$, and average it over the real query rows that
@@ -202,7 +202,7 @@ def positional_score(weights, offset, query_mask=None):
     """  # END PROMPT
 
 # %%
-result = ex.check("09.positional_score", positional_score)
+result = ex.check("10.positional_score", positional_score)
 positional_score = result.function
 result
 
@@ -240,8 +240,8 @@ metrics.update(max_confidence=float(conf.max()), min_entropy=float(ent.min()), m
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("09.peaked_kind", PREDICT_PEAKED_KIND, max(('enc_self', 'dec_self', 'cross'), key=lambda k: float(conf[[r.startswith(k + ' ') for r in rows]].mean())),
-           "Confidence depends on how many keys a row can see: a decoder self-attention row at step t has only t + 1 keys (the first rows one or two), so its largest weight is large by construction. Compare the entropy figure, and normalise by the number of keys (lesson 16) before calling a kind more focused.")
+ex.predict("10.peaked_kind", PREDICT_PEAKED_KIND, max(('enc_self', 'dec_self', 'cross'), key=lambda k: float(conf[[r.startswith(k + ' ') for r in rows]].mean())),
+           "Confidence depends on how many keys a row can see: a decoder self-attention row at step t has only t + 1 keys (the first rows one or two), so its largest weight is large by construction. Compare the entropy figure, and normalise by the number of keys (lesson 17) before calling a kind more focused.")
 
 # %% [markdown]
 # ## Head importance and pruning
@@ -375,11 +375,11 @@ if (PRONOUN_SENTENCE, ANTECEDENT, PRONOUN) == ("Eine Frau verwendet eine Bohrmas
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 09 -p SENTENCE="Zwei Hunde spielen im Schnee ."` — a sentence of your own in the
+# * `workbench notebooks run --only 10 -p SENTENCE="Zwei Hunde spielen im Schnee ."` — a sentence of your own in the
 #   first head grid and in the inspector: which heads keep pointing at the previous or next token, whatever the words?
-# * `workbench notebooks run --only 09 -p N_EVAL=500` — statistics, importance and pruning on 500 validation sentences:
+# * `workbench notebooks run --only 10 -p N_EVAL=500` — statistics, importance and pruning on 500 validation sentences:
 #   do the least/random/most-important pruning losses keep their order, and does the importance heatmap change?
-# * `workbench notebooks run --only 09 -p PRONOUN_SENTENCE="Ein sehr kleiner Junge guckt nach vorne während er in einen kleinen Gegenstand beißt."`
+# * `workbench notebooks run --only 10 -p PRONOUN_SENTENCE="Ein sehr kleiner Junge guckt nach vorne während er in einen kleinen Gegenstand beißt."`
 #   — another test sentence with "er" after "Junge": does the same cross-attention head read "Junge" while the model
 #   writes "he"? (With `-p ANTECEDENT=... -p PRONOUN=...` any sentence works; many come back without a pronoun, as
 #   "while petting a dog" for "während sie einen Hund streichelt", and the notebook then stops and says so.)

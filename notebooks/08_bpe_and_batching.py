@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 15 · Subwords and batches
+# # 08 · Subwords and batches
 #
 # The paper's models read byte-pair-encoded text (§5.1: a shared source-target vocabulary of about 37000 tokens
 # for English-German) and are trained on batches "by approximate sequence length" of about 25000 source and 25000
@@ -93,7 +93,7 @@ print(f"{len(learned.merges)} merges, vocabulary of {len(learned.vocab)} symbols
       f"{len(learned.vocab) - 4 - len(learned.merges)} characters, {len(learned.merges)} merged symbols)")
 
 # %% [markdown]
-# ### Exercise 15.apply_merges · `apply_merges`
+# ### Exercise 08.apply_merges · `apply_merges`
 #
 # Split one word (its `▁` included) with learned merges: start from its characters and, round after round, find the
 # adjacent pairs that a merge names and merge the pair whose merge was learned *earliest* (the leftmost such pair if it
@@ -120,7 +120,7 @@ def apply_merges(word, merges):
 
 # %%
 from workbench.lessons import exercises as ex
-result = ex.check("15.apply_merges", apply_merges)
+result = ex.check("08.apply_merges", apply_merges)
 apply_merges = result.function  # yours if it passed, else the package's: the cells below work either way
 result
 
@@ -162,7 +162,7 @@ PREDICT_PIECES_8000: float | None = None  # mean pieces per sentence at V = 8000
 #
 # More merges mean longer pieces, so fewer of them per sentence. That changes the cost of every layer: self-attention
 # over n positions costs about $n^2 d$ multiply-adds, its projections and the feed-forward network about $n d^2$
-# (lesson 10: attention is the cheaper part while $n < d$). The vocabulary itself costs $V d$ parameters in the
+# (lesson 11: attention is the cheaper part while $n < d$). The vocabulary itself costs $V d$ parameters in the
 # embedding and $d V$ multiply-adds per target token in the output projection. We train a joint tokenizer at each size
 # on the same training pairs and count the pieces of every validation sentence.
 
@@ -193,7 +193,7 @@ metrics.update(vocab_sizes=list(sizes), mean_src_pieces=mean_src, mean_tgt_piece
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("15.pieces_8000", PREDICT_PIECES_8000, mean_src[list(sizes).index(8000)],
+ex.predict("08.pieces_8000", PREDICT_PIECES_8000, mean_src[list(sizes).index(8000)],
            "Frequent words are one piece, rare and compound words several, and every sentence ends in eos: a little more than one piece per word at 8,000 pieces.")
 
 # %% [markdown]
@@ -260,7 +260,7 @@ metrics.update(shared_pieces=len(shared), separate_same_id_same_piece=same_id_sa
 # same sentences, same model; the batchings alternate and the median of `REPEATS` passes counts.
 
 # %% [markdown]
-# ### Exercise 15.padding_stats · `padding_stats`
+# ### Exercise 08.padding_stats · `padding_stats`
 #
 # Count what a batching costs. `batches` lists the example indices of each batch; each further argument gives one
 # side's per-example lengths (source, target, ...). On every side, a batch is padded to its own longest member:
@@ -288,7 +288,7 @@ def padding_stats(batches, *lengths):
     """  # END PROMPT
 
 # %%
-result = ex.check("15.padding_stats", padding_stats)
+result = ex.check("08.padding_stats", padding_stats)
 padding_stats = result.function
 result
 
@@ -391,7 +391,7 @@ with open("metrics.json", "w") as f:
 assert metrics["toy_merges_match"] and metrics["multi30k_merges_match"] and metrics["multi30k_merges"] > 100
 # more merges, shorter sequences: the mean length falls at every step up in vocabulary size
 assert all(a > b for a, b in zip(metrics["mean_src_pieces"], metrics["mean_src_pieces"][1:]))
-# and captions stay far shorter than the model is wide (attention the small part of a layer, lesson 10)
+# and captions stay far shorter than the model is wide (attention the small part of a layer, lesson 11)
 assert metrics["max_n_over_d"] < 0.5
 # tying needs the joint vocabulary: the two sides share pieces; separate vocabularies are refused, by their pieces
 # and not only by their sizes (the refused pair has two vocabularies of equal size); 2·V·d saved
@@ -404,7 +404,7 @@ assert pf["bucketed"] < pf["shuffled"] / 2 and pf["token budget"] < pf["shuffled
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 15 -p N_TRAIN=29000` — every training pair for the tokenizers: do the
+# * `workbench notebooks run --only 08 -p N_TRAIN=29000` — every training pair for the tokenizers: do the
 #   sequence lengths at each vocabulary size change much with three times the text?
-# * `workbench notebooks run --only 15 -p BATCH_SENTENCES=16` — smaller batches: how much padding does shuffling
+# * `workbench notebooks run --only 08 -p BATCH_SENTENCES=16` — smaller batches: how much padding does shuffling
 #   leave now, and does bucketing still pay in tokens per second?

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 16 · A production translator under the same lens
+# # 17 · A production translator under the same lens
 #
 # Openly released translators are close cousins of the paper's model. The opus-mt family (models trained with the
 # Marian toolkit on the OPUS corpora and published for Hugging Face transformers, more than a thousand language
@@ -118,7 +118,7 @@ print("translation:", prod_tok.decode_tgt([ours])[0])
 metrics.update(conversion_max_logit_error=gap, greedy_identical=cut(theirs) == cut(ours))
 
 # %% [markdown]
-# ### Exercise 16.marian_positions · `marian_positions`
+# ### Exercise 17.marian_positions · `marian_positions`
 #
 # Write Marian's position table: the paper's angles $pos / 10000^{2i/d_{model}}$ for $i = 0, 1, \dots,
 # \lceil d_{model}/2 \rceil - 1$, with every sine in the first $\lceil d_{model}/2 \rceil$ columns and the matching
@@ -142,7 +142,7 @@ def marian_positions(max_len, d_model):
 
 # %%
 from workbench.lessons import exercises as ex
-result = ex.check("16.marian_positions", marian_positions)
+result = ex.check("17.marian_positions", marian_positions)
 marian_positions = result.function  # yours if it passed, else the package's
 result
 
@@ -200,7 +200,7 @@ PREDICT_HELD_OUT: str | None = None  # higher, equal or lower
 # %% [markdown]
 # ## Does cross-attention point at the aligned word?
 #
-# As in lesson 09: IBM Model 1 trained on Multi30k training pairs gives each English word of a translation its most
+# As in lesson 10: IBM Model 1 trained on Multi30k training pairs gives each English word of a translation its most
 # likely German word; for every decoder layer and head we pool cross-attention from subword pieces to words and ask
 # how often the most-attended source word is the aligner's. Both tokenizers mark the start of a word with `▁`, so the
 # same pooling serves both. IBM Model 1 is a reference, not the true alignment: it is a simple statistical model,
@@ -242,7 +242,7 @@ metrics.update(best_alignment_agreement=best_agreement, held_out_alignment_agree
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("16.held_out", PREDICT_HELD_OUT, (lambda a, b: "equal" if abs(a - b) < 1e-9 else "lower" if a < b else "higher")(held_out_agreement["small-de-en"], best_agreement["small-de-en"]),
+ex.predict("17.held_out", PREDICT_HELD_OUT, (lambda a, b: "equal" if abs(a - b) < 1e-9 else "lower" if a < b else "higher")(held_out_agreement["small-de-en"], best_agreement["small-de-en"]),
            "The best of many heads on the same sentences is partly luck (the winner's curse); scored on sentences it was not chosen on, a head usually does a little worse, which is the honest figure.")
 
 # %% [markdown]
@@ -305,9 +305,9 @@ if not real:  # small-de-en through Marian's layout: the same heads, to float32 
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 16 -p HF_MODEL=Helsinki-NLP/opus-mt-de-en` on a machine where
+# * `workbench notebooks run --only 17 -p HF_MODEL=Helsinki-NLP/opus-mt-de-en` on a machine where
 #   `hf download Helsinki-NLP/opus-mt-de-en` has run: the real production model beside ours.
-# * `workbench notebooks run --only 16 -p SENTENCE="Zwei Hunde spielen im Schnee."`: do the two models' last
+# * `workbench notebooks run --only 17 -p SENTENCE="Zwei Hunde spielen im Schnee."`: do the two models' last
 #   cross-attention layers follow the same source words?
 # * `workbench export --to huggingface small-de-en small-hf`: the way back, `small-de-en` as a Marian model that
 #   transformers' `generate` and CTranslate2 run.

@@ -1,8 +1,10 @@
-"""Where lesson 13's time goes: the notebook executed once, each code cell's seconds.
+"""Where a patching lesson's time goes: the notebook executed once, each code cell's seconds.
 
-    python bench/lesson13_cells.py [--smoke] [--json FILE]
+    python bench/patching_cells.py [--smoke] [--json FILE] [--notebook notebooks/14_activation_patching.ipynb]
 
-Executes ``notebooks/13_activation_patching.ipynb`` (or ``--notebook``, with the package on ``PYTHONPATH``) with papermill in a temporary folder (the SMOKE parameters with
+Executes ``notebooks/15_patching_analysis.ipynb``, the slower of the two patching lessons (or ``--notebook``: lesson
+14, or an older commit's copy, with the package on ``PYTHONPATH``) with papermill in a temporary folder (the SMOKE
+parameters with
 ``--smoke``), and prints the seconds papermill recorded for every code cell (its first line names it), the
 notebook's own timings from its ``metrics.json`` (pairs, sweep, path patching, whole run), and the machine's load
 average before and after. ``--json`` also writes them with the provenance record. Wall-clock times: on a shared
@@ -24,7 +26,7 @@ import papermill
 
 from workbench.tools.provenance import provenance, write_report
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "13_activation_patching.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "15_patching_analysis.ipynb"
 
 
 def main() -> None:
@@ -34,10 +36,10 @@ def main() -> None:
     ap.add_argument("--notebook", default=str(NOTEBOOK), help="another copy of the lesson (e.g. an older commit's)")
     ap.add_argument("--label", default="", help="what this run is, recorded in the file (e.g. 'baseline: 2ae6bd5')")
     args = ap.parse_args()
-    record = provenance(["python", "bench/lesson13_cells.py", *sys.argv[1:]])
+    record = provenance(["python", "bench/patching_cells.py", *sys.argv[1:]])
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="lesson13-cells-") as tmp:
-        out = Path(tmp) / "13.ipynb"
+    with tempfile.TemporaryDirectory(prefix="patching-cells-") as tmp:
+        out = Path(tmp) / Path(args.notebook).name
         t0 = time.perf_counter()
         papermill.execute_notebook(args.notebook, str(out), parameters={"SMOKE": args.smoke}, cwd=tmp,
                                    progress_bar=False)

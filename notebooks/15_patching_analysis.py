@@ -14,36 +14,20 @@
 # ---
 
 # %% [markdown]
-# # 13 · What carries the pronoun: activation patching
+# # 15 · What carries the pronoun: patching over many pairs
 #
-# Switching heads off (notebook 09) tells what breaks; it does not tell where the information a translation needs
-# travels. **Activation patching** asks a narrower question than it seems to: run the model on one input, and at
-# one place inside it (a *site*) put back the activation it had on another input. If the answer comes back, that
-# site's activation *suffices* to bring it back. That is not the same as showing the model *routes* the answer
-# through that site when nothing is patched: the controls below (a random position, an unrelated sentence) show how
-# much a patch restores without carrying the clean answer at all.
+# Lesson 14 patched one minimal pair and drew its maps. One pair is an anecdote: a cell can light up because of that
+# sentence's words, and with hundreds of cells some light up by chance. This lesson turns the method into a claim
+# that could fail: **many pairs** from held-out sentences, averaged by the role each position plays; **intervals**
+# over pairs; two **controls** at every site (a random unedited position, and the same positions patched from an
+# unrelated sentence); a correction for the **number of cells tested**; and a minimum effect. What survives is
+# stated as what patching shows, sufficiency: patching there restores the answer beyond what the controls restore.
 #
-# The question here: when the shipped German→English translator writes *his* or *her*, where is the gender it
-# uses? German marks it in several places: the possessive itself (*sein*em / *ihr*em), the person (*ein Mann* /
-# *eine Frau*, with the article's and adjective's endings), and, once the decoder has written *man* or *woman*,
-# the English prefix too. We build **minimal pairs** from real validation and test sentences: a masculine source
-# (the *clean* run, answer *his*) and the same sentence with the gendered words swapped (the *corrupted* run,
-# answer *her*), keeping only the pairs whose two greedy translations agree up to the pronoun (except the swapped
-# words such as *man*/*woman*) and there write *his* on one side and *her* on the other. Only that prefix is checked:
-# what follows the pronoun is not, so a kept pair may still mistranslate a later word. The metric is the logit
-# difference $\mathrm{LD} = \text{logit}(his) - \text{logit}(her)$ at the pronoun, normalised so that
-#
-# $$\text{score} = \frac{\mathrm{LD}_{\text{patched}} - \mathrm{LD}_{\text{corrupted}}}{\mathrm{LD}_{\text{clean}} - \mathrm{LD}_{\text{corrupted}}}$$
-#
-# is 0 for the corrupted run and 1 for the clean one. Patching *clean → corrupted* (run the feminine sentence, put a
-# clean activation in) asks whether a site **suffices** to bring *his* back.
-#
-# The same question for grammatical number: in *Ein Hund rennt* / *Zwei Hunde rennen* the English verb must follow
-# (*is* / *are*). Singular/plural pairs get the same treatment, with their own averages and controls.
-#
-# Sites (`wb.site_names(model)`): the source embeddings and the encoder's residual stream after each layer, per
-# source position; the keys and values each decoder layer's cross-attention reads (the *memory*), per source
-# position; every head's output; the target embeddings and the decoder's residual stream, per target position.
+# The metric and the score are lesson 14's: the logit difference $\text{logit}(his) - \text{logit}(her)$ at the
+# pronoun, normalised to 0 for the corrupted (feminine) run and 1 for the clean (masculine) one, patching clean →
+# corrupted (denoising). The same question is asked of grammatical number: in *Ein Hund rennt* / *Zwei Hunde rennen*
+# the English verb must follow (*is* / *are*); singular/plural pairs get the same treatment, with their own averages
+# and controls.
 
 # %% tags=["parameters"]
 SMOKE: bool = False  # a handful of pairs (what CI runs)
@@ -54,27 +38,21 @@ N_NUMBER_PAIRS: int = 40  # of which singular/plural pairs, at most (SMOKE: 2); 
 TRAIN_SENTENCES: int = 4000  # train sentences scanned for more gender pairs when val and test give fewer than N_PAIRS
 N_PATH_PAIRS: int = 6  # pairs for path patching, the slowest sweep (SMOKE: 2)
 N_BOOTSTRAP: int = 2000  # bootstrap resamples for the 95 % intervals
-EXAMPLE: int = 0  # which subject pair section 1 looks at closely
 MIN_EFFECT: float = 0.1  # a finding must also restore at least this share of the logit difference on average
 
 # %%
-import dataclasses
 import json
 import time
 
 import numpy as np
-import torch
 from IPython.display import Markdown, display
 import workbench as wb
-from workbench.inspect.patching import Site, cache_activations, patch, patched_greedy, site_names
-from workbench.inspect.patching_sweeps import GaussianNoise, prepare_pair, sweep_heads, sweep_positions
 from workbench.lessons import pronoun_study as ps
-from workbench.lessons.pronoun_pairs import bootstrap_ci, build_pronoun_pairs
+from workbench.lessons.pronoun_pairs import build_pronoun_pairs
 from workbench.translation.data import load_multi30k
 from workbench.translation.shipped import load_any
 from workbench.viz import figures
 from workbench.viz.patching_figures import interval_figure, path_patching_figure, patching_heatmap
-from workbench.viz.patching_widgets import PatchingInspector
 
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
@@ -89,18 +67,15 @@ model, tok, info = load_any(CHECKPOINT or "small-de-en")
 model.eval()
 cfg = model.cfg
 print(f"model: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model}")
-print(len(site_names(model)), "sites:", ", ".join(site_names(model)[:6]), "...")
 
 # %% [markdown]
-# ## The pairs
-# Two kinds (`workbench.lessons.pronoun_pairs`): **possessive** pairs swap one possessive and nothing else (*Ein Mann
-# hält seinen Hund* / *Ein Mann hält ihren Hund*); **subject** pairs swap the person with its article and adjective
-# endings and every possessive (*Ein junger Mann hält seinen Hund* / *Eine junge Frau hält ihren Hund*). Both sides
-# must have the same number of subword tokens, so that positions line up, and the model's translations must agree
-# up to the pronoun except for swapped words (*man*/*woman*), with *his* on one side and *her* on the other.
-# **number** pairs make a sentence-initial singular subject plural with its verb (*Ein kleiner Hund rennt* /
+# ## 1 · The pairs
+# Three kinds (`workbench.lessons.pronoun_pairs`): **possessive** and **subject** pairs as in lesson 14, and
+# **number** pairs, which make a sentence-initial singular subject plural with its verb (*Ein kleiner Hund rennt* /
 # *Zwei kleine Hunde rennen*); their translations may differ in *A*/*Two*, *dog*/*dogs* ..., and the contrast is the
 # first word that marks number (*is*/*are*, *was*/*were*, *his*/*their* ...). The clean side is the singular one.
+# Pairs come from the validation and test sentences first (never seen in training); the train split is scanned only
+# when they give too few.
 
 # %%
 heldout = [("val", s) for s, _ in load_multi30k("val")] + [("test", s) for s, _ in load_multi30k("test_2016_flickr")]
@@ -130,118 +105,7 @@ metrics.update(n_pairs=len(pairs), n_heldout_pairs=n_heldout_pairs, pairs_by_kin
 
 # %%
 pool = ps.neutral_pool(tok, (s for _, s in heldout))  # source length -> unrelated sentences (no gendered word)
-tensors = ps.pair_tensors  # a pair -> (clean source, corrupted source, both decoder inputs, logit(his) - logit(her))
-
-
-def src_tokens(ids):
-    return [tok.id_to_token(i, side="src") for i in ids]
-
-
-# %% [markdown]
-# ## 1 · One pair, every site
-# A subject pair: its two translations, then every (layer, position) of the three position families patched clean →
-# corrupted, one at a time (each cell is one row of a batched run).
-
-# %% [markdown]
-# ### Exercise 13.patch_hook · `patch_hook`
-#
-# Every patch below is a forward hook: it runs after a module and returns what the rest of the model sees instead of
-# the module's output. Write the hook factory for one site: `patch_hook(cached, position)` returns a function
-# `hook(module, inputs, output)` that gives back `output` with position `position` (along dimension 1) replaced by
-# `cached[:, position]`, the same site's activation from the other run, and every other position unchanged. Leave the
-# caller's `cached` as it is, and keep the result in the autograd graph (gradients flow to the module and to
-# `cached`).
-#
-# Shapes: `cached` (B, T, D), `position` an int; the hook: `output` (B, T, D) → (B, T, D).
-
-# %% tags=["exercise", "hide-input"]
-def patch_hook(cached, position):
-    """A forward hook that patches one position of a module's (B, T, D) output with the cached activation."""
-    # BEGIN SOLUTION NO PROMPT
-    def hook(module, inputs, output):
-        patched = output.clone()  # (B, T, D): never write into the module's own output
-        patched[:, position] = cached[:, position].to(output.dtype)
-        return patched
-
-    return hook
-    # END SOLUTION
-    """ # BEGIN PROMPT
-    raise NotImplementedError("write patch_hook, then run the check below")
-    """  # END PROMPT
-
-# %%
-from workbench.lessons import exercises as ex
-result = ex.check("13.patch_hook", patch_hook)
-patch_hook = result.function  # yours if it passed, else the reference
-result
-
-# %%
-subject_pairs = [p for p in pairs if p.kind == "subject"]
-example = subject_pairs[EXAMPLE % len(subject_pairs)]
-clean, corrupt, tgt, metric = tensors(example)
-print("clean:    ", example.clean_text, "->", tok.decode_tgt([[*example.tgt[1:], example.good]])[0], "...")
-print("corrupted:", example.corrupt_text, "->", tok.decode_tgt([[*example.corrupt_tgt[1:], example.bad]])[0], "...")
-pair = prepare_pair(model, clean, corrupt, tgt, metric)
-print(f"logit difference his - her: clean {pair.clean_metric:.2f}, corrupted {pair.corrupted_metric:.2f}")
-src_labels = src_tokens(example.clean_src)
-tgt_labels = [tok.id_to_token(i) for i in example.tgt]
-for family in ("resid_enc", "memory", "resid_dec"):
-    res = sweep_positions(model, clean, corrupt, tgt, metric, family=family, prepared=pair,
-                          src_tokens=src_labels, tgt_tokens=tgt_labels)
-    patching_heatmap(res, title=f"{family}: clean → corrupted").show()
-    if family == "resid_enc":
-        ex_enc = res
-
-# %% [markdown]
-# The bottom row of the encoder map is the memory the decoder reads. The patched *translation* shows the same thing
-# in words: decode the feminine sentence greedily (key/value cache on) with the clean encoder state patched in at
-# the one source position that scores highest in the last encoder layer.
-
-# %%
-best = int(ex_enc.values[-1].argmax())
-print(f"best source position in the last encoder layer: {best} ({src_labels[best]}), score {float(ex_enc.values[-1, best]):.2f}")
-clean_cache = cache_activations(model, clean, tgt[0])
-plain = patched_greedy(model, corrupt, max_extra=10)
-patched_out = patched_greedy(model, corrupt, clean_cache, [Site(f"enc.{cfg.n_enc_layers - 1}.resid", pos=best)],
-                             max_extra=10)
-print("corrupted source:                ", tok.decode_tgt(plain.tolist())[0])
-print("with that one clean state patched:", tok.decode_tgt(patched_out.tolist())[0])
-
-# %% [markdown]
-# **Causal tracing** (Meng et al., 2022) needs no second sentence: the corrupted run is the masculine sentence itself
-# with Gaussian noise added to the source embeddings of chosen words (three times the spread of the embeddings),
-# here the words the pair edits. Restoring one clean state at a time shows where the clean computation still holds
-# the answer once its input words are blurred.
-
-# %%
-noise = GaussianNoise(positions=tuple(example.edit), scale=3.0, seed=SEED)
-traced = sweep_positions(model, clean, noise, tgt[0], metric, family="resid_enc", src_tokens=src_labels)
-print(f"logit difference his - her: clean {traced.clean_metric:.2f}, noised {traced.corrupted_metric:.2f}")
-patching_heatmap(traced, title="causal tracing: one clean encoder state restored in the noised sentence").show()
-metrics["causal_tracing"] = {"clean": traced.clean_metric, "noised": traced.corrupted_metric,
-                             "best": float(traced.values.max())}
-
-# %% [markdown]
-# To explore a pair yourself: the inspector draws one family's map for a possessive pair; click a cell to see the
-# feminine sentence's translation with that one cell patched from the masculine run.
-
-# %%
-poss = next(p for p in pairs if p.kind == "possessive")
-inspector = PatchingInspector(model, tok, poss.clean_text, poss.corrupt_text, family="resid_enc")
-edit_pos = poss.edit[0]
-print(f"answer: {inspector.good} vs {inspector.bad}; the last encoder layer at {inspector.src_tokens[edit_pos]} "
-      f"patched gives: {inspector.select(cfg.n_enc_layers, edit_pos)}")
-inspector
-
-# %% [markdown]
-# Heads: each head's output (all positions) patched on its own. A head whose output carries the gender to the
-# pronoun scores high.
-
-# %%
-head_maps = {}
-for family in ("enc_self", "dec_self", "cross"):
-    head_maps[family] = sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=pair)
-    patching_heatmap(head_maps[family], title=f"{family} heads: clean → corrupted").show()
+print(f"unrelated sentences for {sum(len(p.clean_src) in pool for p in pairs)} of {len(pairs)} pairs' lengths")
 
 # %% [markdown]
 # **Predict, then run.** Over all pairs, at which layer of the encoder (`"embed"`, `"enc 0"`, `"enc 1"`, `"enc 2"`) will patching the edited words (the possessive or the subject) restore the most of the logit difference? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
@@ -306,7 +170,6 @@ metrics["findings"] = [{k: f[k] for k in ("family", "layer", "group", "mean", "l
 metrics.update(n_cells_tested=found["tested"], corrected_level=found["level"], smoke_findings=SMOKE)
 metrics["summary"] = [{"family": k[0], "layer": k[1], "donor": k[2], "group": k[3], **v} for k, v in summary.items()]
 
-
 # %% [markdown]
 # Read the unrelated-sentence control closely. Putting a genderless word's state where *ihrem* was does not add
 # anything masculine, yet it can move the answer a long way towards *his*: it removes the feminine cue, and what
@@ -314,9 +177,7 @@ metrics["summary"] = [{"family": k[0], "layer": k[1], "donor": k[2], "group": k[
 # masculine word adds beyond removing the feminine one.
 
 # %%
-best_row = max(((k, v) for k, v in summary.items() if k[0] == "resid_enc" and k[2] == "clean"
-                and k[3] in ("possessive", "subject")), key=lambda kv: kv[1]["mean"])
-(family, layer, _, group), clean_s = best_row
+(family, layer, _, group), clean_s = ps.best_cell(summary, "resid_enc", ("possessive", "subject"))
 ctrl_s = summary[(family, layer, "unrelated", group)]
 rand_s = summary[(family, layer, "clean", "random")]
 for name, s_ in (("clean sentence", clean_s), ("unrelated sentence", ctrl_s), ("clean, random position", rand_s)):
@@ -327,7 +188,7 @@ metrics["best_encoder_vs_controls"] = {"layer": layer, "group": group, "clean": 
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("13.best_layer", PREDICT_BEST_LAYER, layer,
+ex.predict("15.best_layer", PREDICT_BEST_LAYER, layer,
            "The gender is in the source words themselves: patched at the embeddings they can already restore much of it; deeper layers add what attention has gathered from the rest of the sentence, and the unrelated-sentence control shows how much of any of it is just removing the feminine cue.")
 
 # %% [markdown]
@@ -337,21 +198,13 @@ ex.predict("13.best_layer", PREDICT_BEST_LAYER, layer,
 # swapped English words patched at the decoder's input, for each kind.
 
 # %%
-def best_of(family: str, groups: tuple[str, ...]) -> tuple[tuple, dict]:
-    return max(((k, v) for k, v in summary.items() if k[0] == family and k[2] == "clean" and k[3] in groups),
-               key=lambda kv: kv[1]["mean"])
-
-
-side_by_side = {}
-for what, src_groups, tgt_group in (("gender", ("possessive", "subject", "edit"), "man/woman"),
-                                    ("number", ("number·subject", "number·verb", "number·edit"), "number·swapped words")):
-    (_, enc_layer, _, enc_group), enc_s = best_of("resid_enc", src_groups)
-    dec_s = summary.get(("resid_dec", "embed", "clean", tgt_group))
-    side_by_side[what] = {"encoder": {"layer": enc_layer, "group": enc_group, **enc_s}, "decoder_input": dec_s}
-    print(f"{what} pairs: encoder {enc_layer} at {enc_group.removeprefix('number·')}: "
-          f"{enc_s['mean']:.2f} [{enc_s['low']:.2f}, {enc_s['high']:.2f}]; "
-          + (f"the swapped English words at the decoder's input: {dec_s['mean']:.2f} "
-             f"[{dec_s['low']:.2f}, {dec_s['high']:.2f}]" if dec_s else "no swapped English words before the answer"))
+side_by_side = ps.source_against_prefix(summary)
+for what, s in side_by_side.items():
+    enc, dec = s["encoder"], s["decoder_input"]
+    print(f"{what} pairs: encoder {enc['layer']} at {enc['group'].removeprefix('number·')}: "
+          f"{enc['mean']:.2f} [{enc['low']:.2f}, {enc['high']:.2f}]; "
+          + (f"the swapped English words at the decoder's input: {dec['mean']:.2f} "
+             f"[{dec['low']:.2f}, {dec['high']:.2f}]" if dec else "no swapped English words before the answer"))
 metrics["source_vs_prefix"] = side_by_side
 
 # %% [markdown]
@@ -361,9 +214,7 @@ metrics["source_vs_prefix"] = side_by_side
 # %%
 head_means, head_findings = ps.head_findings(heads, MIN_EFFECT, n_resamples=N_BOOTSTRAP, seed=SEED)
 for (kind, family), mean in head_means.items():
-    avg = dataclasses.replace(head_maps[family], values=torch.tensor(mean, dtype=torch.float32),
-                              raw=torch.tensor(mean, dtype=torch.float32))
-    patching_heatmap(avg, title=f"{family} heads, {kind} pairs: mean score over pairs").show()
+    patching_heatmap(ps.mean_head_result(mean, family), title=f"{family} heads, {kind} pairs: mean score over pairs").show()
 display(Markdown("\n".join(
     f"- {f['kind']} pairs, {f['family']} head {f['layer']}.{f['head']}: {f['mean']:.2f} [{f['low']:.2f}, {f['high']:.2f}] "
     f"(unrelated sentence: at most {f['control_high']:.2f})" for f in head_findings[:8]) or "No head clears its control."))
@@ -390,54 +241,33 @@ last_layer = [cfg.n_dec_layers - 1]
 path_pairs = [p for p in pairs if p.kind != "number" and ps.unrelated_for(p, pool, rng) is not None][:n_path_pairs]
 paths, path_ctrl = ps.path_patching_over_pairs(model, path_pairs, pool, rng, receiver_layers=last_layer)
 metrics["path_seconds"] = time.perf_counter() - t0
-path_mean = np.stack([r.values.numpy() for r in paths]).mean(0)
-path_fig = path_patching_figure(dataclasses.replace(paths[0], values=torch.tensor(path_mean),
-                                                    raw=torch.tensor(path_mean)),
-                                title=f"path patching, mean over {len(paths)} pairs")
-path_fig.show()
-flat = np.stack([r.values.numpy().ravel() for r in paths])  # (pairs, senders x receivers)
-m, lo, hi = bootstrap_ci(flat, n_resamples=N_BOOTSTRAP, seed=SEED)
-_, _, ctrl_hi = bootstrap_ci(np.stack([c.ravel() for c in path_ctrl]), n_resamples=N_BOOTSTRAP, seed=SEED)
-top = int(np.argmax(m))
-sl, sh, rl, rh = np.unravel_index(top, path_mean.shape)
-rl = last_layer[rl]
-path_clears = bool(lo[top] > ctrl_hi[top] and m[top] >= MIN_EFFECT)
-print(f"strongest path: encoder head {sl}.{sh} -> cross head {rl}.{rh}: {m[top]:.3f} [{lo[top]:.3f}, {hi[top]:.3f}], "
-      f"unrelated sentence at most {ctrl_hi[top]:.3f}: " + ("clears it" if path_clears else "does not clear it; no claim"))
-metrics["path"] = {"pairs": len(paths), "sender": [int(sl), int(sh)], "receiver": [int(rl), int(rh)],
-                   "mean": float(m[top]), "low": float(lo[top]), "high": float(hi[top]),
-                   "control_high": float(ctrl_hi[top]), "clears": path_clears}
+path_map, path = ps.strongest_path(paths, path_ctrl, last_layer, MIN_EFFECT, n_resamples=N_BOOTSTRAP, seed=SEED)
+path_patching_figure(path_map, title=f"path patching, mean over {len(paths)} pairs").show()
+print(f"strongest path: encoder head {path['sender'][0]}.{path['sender'][1]} -> cross head {path['receiver'][0]}."
+      f"{path['receiver'][1]}: {path['mean']:.3f} [{path['low']:.3f}, {path['high']:.3f}], unrelated sentence at "
+      f"most {path['control_high']:.3f}: " + ("clears it" if path["clears"] else "does not clear it; no claim"))
+metrics["path"] = path
 
 # %% [markdown]
 # ## Checks
-# The machinery first, on the example pair: patching a run with its own cache changes nothing, bit for bit; and a
-# site that holds the whole answer restores it whole (the last decoder layer at the pronoun row). Then what the
-# lesson showed.
+# The machinery first: a site that holds the whole answer restores it whole on every pair (the last decoder layer
+# at the answer row), and an unedited token's embedding restores nothing. Then what the lesson showed.
 
 # %%
 metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
-
-# %%
-clean, corrupt, tgt, metric = tensors(example)
-own = cache_activations(model, corrupt, tgt[1])
-with torch.no_grad(), patch(model, own, site_names(model)):
-    same = model(corrupt, tgt[1])
-metrics["own_cache_max_difference"] = float((same - own.logits).abs().max())
 last = summary[("resid_dec", f"dec {cfg.n_dec_layers - 1}", "clean", "pronoun row")]
-metrics["last_decoder_layer_pronoun_row"] = last
 last_number = summary[("resid_dec", f"dec {cfg.n_dec_layers - 1}", "clean", "number·answer row")]
+metrics["last_decoder_layer_pronoun_row"] = last
 metrics["number"] = {"pairs": kinds["number"], "last_decoder_layer_answer_row": last_number,
                      "findings": [f for f in metrics["findings"] if f["group"].startswith("number·")]}
-metrics["best_encoder_site"] = max(
-    ({"layer": k[1], "group": k[3], **v} for k, v in summary.items()
-     if k[0] == "resid_enc" and k[2] == "clean" and k[3] in ("possessive", "subject", "eos")), key=lambda r: r["mean"])
+(_, best_layer, _, best_group), best_s = ps.best_cell(summary, "resid_enc", ("possessive", "subject", "eos"))
+metrics["best_encoder_site"] = {"layer": best_layer, "group": best_group, **best_s}
 metrics["seconds"] = time.perf_counter() - wall_start
 json.dump(metrics, open("metrics.json", "w"), indent=1)
-print(json.dumps({k: metrics[k] for k in ("n_pairs", "n_heldout_pairs", "own_cache_max_difference",
-                                          "last_decoder_layer_pronoun_row", "best_encoder_site")}, indent=1))
+print(json.dumps({k: metrics[k] for k in ("n_pairs", "n_heldout_pairs", "last_decoder_layer_pronoun_row",
+                                          "best_encoder_site")}, indent=1))
 
 # %%
-assert metrics["own_cache_max_difference"] == 0.0, "patching with the run's own cache must change nothing"
 assert abs(last["mean"] - 1.0) < 1e-3 and last["low"] > 0.99, "the last decoder layer at the pronoun row is the answer"
 assert abs(last_number["mean"] - 1.0) < 1e-3 and last_number["low"] > 0.99, "the same for the number pairs' answer row"
 assert kinds["number"] >= (2 if SMOKE else 20) and kinds["possessive"] and kinds["subject"], kinds

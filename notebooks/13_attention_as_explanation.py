@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 12 · Attention as explanation
+# # 13 · Attention as explanation
 #
 # A cross-attention map is tempting to read as "the model translated *girl* by looking at *Mädchen*". Jain and
 # Wallace (2019, "Attention is not Explanation") showed that attention weights often disagree with gradient-based
@@ -142,7 +142,7 @@ display(Markdown(figures.markdown_table([{"attribution": m, **{s: sentence_rho[(
                                          for m in NAMES.values()])))
 
 # %% [markdown]
-# ### Exercise 12.integrated_gradients · `integrated_gradients`
+# ### Exercise 13.integrated_gradients · `integrated_gradients`
 #
 # Integrated gradients attributes $f(x) - f(x')$ to the input features: $a_j = (x_j - x'_j) \int_0^1
 # \partial f(x' + \alpha (x - x')) / \partial x_j \, d\alpha$. Computed as a right Riemann sum with $n$ = `n_steps`:
@@ -170,7 +170,7 @@ def integrated_gradients(f, x, baseline, n_steps):
 
 # %%
 from workbench.lessons import exercises as ex
-result = ex.check("12.integrated_gradients", integrated_gradients)
+result = ex.check("13.integrated_gradients", integrated_gradients)
 integrated_gradients = result.function  # yours if it passed, else the reference
 result
 
@@ -358,7 +358,7 @@ metrics.update(logprob_all_heads=full, logprob_drop_most_agreeing=drop["most agr
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("12.agreeing_heads_matter", PREDICT_AGREEING_HEADS_MATTER, "more" if drop["most agreeing"] > drop["random (mean of 20)"] else "less",
+ex.predict("13.agreeing_heads_matter", PREDICT_AGREEING_HEADS_MATTER, "more" if drop["most agreeing"] > drop["random (mean of 20)"] else "less",
            "Agreeing with an attribution is not the same as being needed: the layer-matched control in the table says whether the damage comes from the heads themselves or from the layers they sit in.")
 
 # %% [markdown]
@@ -436,13 +436,13 @@ assert metrics["contrast_strongest_word"] == metrics["contrast_aligner_word"]
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 12 -p IG_STEPS=128` — integrated gradients with four times the steps: the
+# * `workbench notebooks run --only 13 -p IG_STEPS=128` — integrated gradients with four times the steps: the
 #   completeness errors of sections 1 and 3 should fall roughly fourfold; compare how little the rank correlations
 #   and the alignment agreement of integrated gradients move.
-# * `workbench notebooks run --only 12 -p CONTRAST_FOIL=child` — "girl rather than child" instead of "rather than boy":
+# * `workbench notebooks run --only 13 -p CONTRAST_FOIL=child` — "girl rather than child" instead of "rather than boy":
 #   compare which words push towards the foil; a foil that the model finds almost as likely gives a small, sharper
 #   contrast.
-# * `workbench notebooks run --only 12 -p N_ABLATE=2` — two heads per group: on a 10-sentence sample the two most
+# * `workbench notebooks run --only 13 -p N_ABLATE=2` — two heads per group: on a 10-sentence sample the two most
 #   agreeing heads (both in the last layer) hurt *less* than random pairs and even less than the two least agreeing
 #   ones, while the same layer's two least agreeing heads hurt several times more. The closing check "least agreeing
 #   < most agreeing" then fails (the run is reported as failed, after metrics.json is written): it is a claim about

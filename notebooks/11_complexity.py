@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 10 · Why self-attention: Table 1, computed and measured
+# # 11 · Why self-attention: Table 1, computed and measured
 #
 # Section 4 of the paper compares a self-attention layer with the layers it replaces on three counts, for a
 # sequence of $n$ vectors of width $d$:
@@ -91,7 +91,7 @@ NAMES = {"self_attention": "self-attention", "recurrent": "recurrent", "convolut
 # and is $k$ times one $d \times d$ product per position, where the recurrent cell has two.
 
 # %% [markdown]
-# ### Exercise 10.layer_macs · `layer_macs`
+# ### Exercise 11.layer_macs · `layer_macs`
 #
 # Write the multiply-adds column: for a layer `kind` in `KINDS` over $n$ positions of width $d$, count every matrix
 # product alike (one multiply-add per product term): self-attention $2n^2d$ ($QK^\top$ and the weights times $V$,
@@ -115,7 +115,7 @@ def layer_macs(kind, n, d, k=3, r=8):
 
 # %%
 from workbench.lessons import exercises as ex
-result = ex.check("10.layer_macs", layer_macs)
+result = ex.check("11.layer_macs", layer_macs)
 layer_macs = result.function  # yours if it passed, else the package's: the cells below work either way
 result
 
@@ -277,7 +277,7 @@ metrics.update(projection_flops_match=proj_flops == 2 * proj_macs_formula, ratio
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("10.lstm_crossing", PREDICT_LSTM_CROSSING, next(n for n, v in zip(ns_cross, vs_lstm) if abs(v - 1) < 1e-9),
+ex.predict("11.lstm_crossing", PREDICT_LSTM_CROSSING, next(n for n, v in zip(ns_cross, vs_lstm) if abs(v - 1) < 1e-9),
            "2n²d + 4nd² = 8nd² gives 2n²d = 4nd², so n = 2d: twice the crossing of attention's core alone (n = d).")
 
 # %% [markdown]
@@ -313,7 +313,7 @@ metrics.update(recurrent_steps_equal_n=steps["recurrent"] == [float(n) for n in 
 # covers every $n \le 9$ in one layer, so the smallest lengths show 1.
 
 # %% [markdown]
-# ### Exercise 10.path_length · `path_length`
+# ### Exercise 11.path_length · `path_length`
 #
 # Before measuring, count: how many layers of `kind` does a signal cross from input position 0 to output position
 # $n-1$? Self-attention: 1 (and 1 for any kind when $n \le 1$); recurrent: $n$ cells; a centred kernel of width $k$
@@ -345,7 +345,7 @@ def path_length(kind, n, k=3, r=8, dilated=False):
     """  # END PROMPT
 
 # %%
-result = ex.check("10.path_length", path_length)
+result = ex.check("11.path_length", path_length)
 path_length = result.function
 result
 
@@ -407,11 +407,11 @@ if not SMOKE:  # wall-clock slopes only at full size, with generous margins
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 10 -p R=4` — a neighbourhood of 4 instead of 16: restricted attention's work falls
+# * `workbench notebooks run --only 11 -p R=4` — a neighbourhood of 4 instead of 16: restricted attention's work falls
 #   by 4 in the table, its counted FLOPs are now $5/4$ of the table's (the window holds $r+1$ keys), and its path
 #   length grows to $\lceil (n-1)/2 \rceil$ layers.
-# * `workbench notebooks run --only 10 -p KERNEL=5` — wider kernels: the convolution's work per position grows by
+# * `workbench notebooks run --only 11 -p KERNEL=5` — wider kernels: the convolution's work per position grows by
 #   $5/3$, the contiguous stack reaches 2 positions per layer instead of 1, and the dilated stack needs
 #   $\lceil \log_5 n \rceil$ layers; check both path columns.
-# * `workbench notebooks run --only 10 -p N=64` — Table 1 at sentence length with $d$ = 512: self-attention's
+# * `workbench notebooks run --only 11 -p N=64` — Table 1 at sentence length with $d$ = 512: self-attention's
 #   multiply-adds are $n/d = 1/8$ of the recurrent layer's, the paper's case for attention on sentences.

@@ -14,9 +14,9 @@
 # ---
 
 # %% [markdown]
-# # 17 · Where the translation is decided
+# # 18 · Where the translation is decided
 #
-# Lesson 13 found *where* the information a pronoun needs travels by swapping whole activations. This lesson asks
+# Lessons 14 and 15 found *where* the information a pronoun needs travels by swapping whole activations. This lesson asks
 # four sharper questions of the same shipped translator:
 #
 # 1. **At which decoder layer is each word decided?** The *logit lens* reads every decoder layer through the
@@ -171,7 +171,7 @@ figures.head_stat_figure(p_final.T, [tok.id_to_token(int(i)) for i in final_ids]
 # ## 2 · Attention sinks
 # For every head of every attention kind, the share of each query's weight on the first position, on `</s>`, on
 # punctuation tokens and on the rest (content); the four sum to 1. Then how often a cross-attention head's
-# strongest source word is the IBM Model 1 aligner's (lesson 12), raw and with `</s>` and punctuation removed, and
+# strongest source word is the IBM Model 1 aligner's (lesson 13), raw and with `</s>` and punctuation removed, and
 # the BLEU change when the sink-heavy heads are switched off (mean ablation), beside as many other heads at random.
 # The recurrent baseline has one attention with one head: it is audited, not ablated.
 
@@ -210,7 +210,7 @@ metrics["alignment"] = {"raw": float(cross["align_raw"].mean()), "content": floa
 
 # %% [markdown]
 # ## 3 · Why *his* and not *her*: attribution beside patching
-# Minimal pairs as in lesson 13: the masculine source (clean, answer *his*/*he*) and the same sentence with the
+# Minimal pairs as in lesson 14: the masculine source (clean, answer *his*/*he*) and the same sentence with the
 # gendered words swapped (corrupted). At the source embeddings (`enc.embed`), integrated gradients of
 # logit(*his*) − logit(*her*) from the corrupted embedding to the clean one gives one score per source position;
 # patching the corrupted embedding into the clean run, one position at a time, gives the effect it estimates.
