@@ -7,7 +7,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import workbench as wb
 from workbench import build_model, preset
-from workbench.lessons.flops import forward_flops, mfu, model_train_flops, peak_flops, train_step_flops
+from workbench.translation.flops import forward_flops, mfu, model_train_flops, peak_flops, train_step_flops
 
 
 @pytest.mark.parametrize("name", ["tiny", "small"])

@@ -37,20 +37,10 @@ TOOLS = {
 
 # upward imports that remain, each with its reason (file, imported module); shrink this, never grow it silently
 ALLOWED = {
-    # the MFU figure of fit()'s History needs the analytic FLOP count; flops.py also serves lessons 08 and 14 (and
-    # their notebooks import it from lessons/): moving it down is issue 47 item 3, left for a session that may edit
-    # those notebooks
-    ("translation/train.py", "workbench.lessons.flops"),
-    # trace_greedy records the cross-attention row of each generated token for lesson 14: it opens the capture side
-    # door lazily, inside the function, so translation/ does not import inspect/ otherwise
+    # trace_greedy records the cross-attention row of each generated token for the one-sentence lesson: it opens the
+    # capture side door lazily, inside the function, so translation/ does not import inspect/ otherwise. Moving
+    # trace_greedy up into inspect/ waits for decode_trace.py and inspect/capture.py to be free of other edits
     ("translation/decode_trace.py", "workbench.inspect.capture"),
-    # pretrained("Helsinki-NLP/...") converts a Hub model through the bridge, imported lazily inside the function
-    # (the optional `hf` extra); moving that dispatch up to the public API is left (shipped.py is under edit)
-    ("translation/shipped.py", "workbench.bridges.huggingface"),
-    # the cache key of a pipeline step includes the package version, read lazily from the package; the fix (the
-    # version in a base-layer workbench/_version.py) waits for pipeline.py and tests/test_pipeline.py, which patches
-    # workbench.__version__, to be free of another engineer's edits (issue 46)
-    ("translation/pipeline.py", "workbench.__version__"),
 }
 
 

@@ -53,7 +53,7 @@ def test_cached_model_is_reused_only_by_the_same_code_and_version(tmp_path, monk
     assert len(fake_training) == 3 and Path(state["run_dir"]) != first
 
     # another package version: trained again
-    monkeypatch.setattr(workbench, "__version__", "99.0")
+    monkeypatch.setattr(workbench._version, "__version__", "99.0")
     _, _, state = pipeline.get_translator(**kw)
     assert len(fake_training) == 4 and Path(state["run_dir"]) != first
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from workbench.bridges.huggingface import from_huggingface, to_huggingface
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench._version import __version__  # noqa: F401 (wb.__version__)
+from workbench.bridges.huggingface import from_huggingface, hub_pretrained, to_huggingface
 from workbench.errors import (
     AttributionError,
     BridgeError,
@@ -65,11 +71,28 @@ from workbench.translation.checkpoint import load_model
 from workbench.translation.decode import DECODING, DecodeConfig, translate
 from workbench.translation.kernels import use_kernels
 from workbench.translation.run import RECIPES, RunConfig, recipe
-from workbench.translation.shipped import PretrainedError, list_pretrained, pretrained
+from workbench.translation.shipped import PretrainedError, list_pretrained
 from workbench.translation.train import fit
 from workbench.translation.train_config import TrainConfig
 
-__version__ = "0.1.0"
+
+def pretrained(name: str = "small-de-en", device: str | torch.device = "cpu",
+               root: str | Path | None = None) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """A translator by name, loaded: (model in eval mode, float32, tokenizer, card or info dict).
+
+    A shipped model's name (``"small-de-en"``, :func:`list_pretrained`) is verified against its manifest and loaded
+    (:func:`workbench.translation.shipped.pretrained`); a Hugging Face name with a slash
+    (``"Helsinki-NLP/opus-mt-de-en"``) is a Marian model, converted by :func:`workbench.bridges.hub_pretrained`
+    (from the local cache, or downloaded when online; the ``hf`` extra).
+
+    Example:
+        >>> model, tokenizer, card = workbench.pretrained("small-de-en")
+        >>> card["bleu"]["test_2016_flickr"]["beam4"]  # sacreBLEU, beam 4, the whole test split
+    """
+    if root is None and "/" in name and name not in list_pretrained():
+        return hub_pretrained(name, device=device)
+    return shipped.pretrained(name, device=device, root=root)
+
 
 __all__ = [
     "translate",

@@ -9,7 +9,7 @@
 * :func:`peak_tensor_bytes`: the peak bytes of the tensors a function creates, measured by intercepting every
   operation, so it works on the CPU too, where torch keeps no allocator statistics.
 
-Analytic FLOP counts of whole models (and MFU) live in :mod:`workbench.lessons.flops`.
+Analytic FLOP counts of whole models (and MFU) live in :mod:`workbench.translation.flops`.
 """
 
 from __future__ import annotations

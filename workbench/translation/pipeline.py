@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from workbench import _version
 from workbench.errors import ConfigError, DataError
 from workbench.runtime import PrecisionLike
 from workbench.translation.decode import DECODING
@@ -232,9 +233,7 @@ def training_code_fingerprint() -> str:
 
 
 def _package_version() -> str:
-    from workbench import __version__
-
-    return __version__
+    return _version.__version__  # read at each call (a test sets another version)
 
 
 def get_translator(run: RunConfig | None = None, cache_dir: str | Path | None = None,

@@ -130,18 +130,15 @@ def pretrained(name: str = "small-de-en", device: str | torch.device = "cpu",
                root: str | Path | None = None) -> tuple[nn.Module, Any, dict[str, Any]]:
     """A shipped translator, verified and loaded: (model in eval mode, float32, tokenizer, card dict).
 
-    A name with a slash (``"Helsinki-NLP/opus-mt-de-en"``) is a Hugging Face Marian model, converted by
-    :func:`workbench.bridges.huggingface.hub_pretrained` (from the local cache, or downloaded when online).
+    :func:`workbench.pretrained` also opens Hugging Face models (a name with a slash) through the bridge.
 
-    Example:
-        >>> model, tokenizer, card = workbench.pretrained("small-de-en")
-        >>> card["bleu"]["test_2016_flickr"]["beam4"]  # sacreBLEU, beam 4, the whole test split
+    Raises:
+        PretrainedError: no shipped model of that name (a Hugging Face name is pointed to ``workbench.pretrained``),
+            or its files do not match the manifest.
     """
     if root is None and "/" in name and name not in list_pretrained():
-        # a Hugging Face Hub name (Marian / opus-mt): the local cache, else a download when online
-        from workbench.bridges.huggingface import hub_pretrained
-
-        return hub_pretrained(name, device=device)
+        raise PretrainedError(f"{name!r} is a Hugging Face name, not a shipped model: open it with "
+                              "workbench.pretrained (it converts Marian models; the 'hf' extra)")
     card = verify_pretrained(name, root)
     model, tokenizer = load_folder(model_dir(name, root), device=device)
     return model, tokenizer, card

@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.errors import TrainingError
-from workbench.lessons.flops import model_train_flops, peak_flops
 from workbench.runtime import Precision, adam, autocast, choose_precision, resolve_device, set_seed
 from workbench.translation.batching import Batch, make_batch, token_batches
+from workbench.translation.flops import model_train_flops, peak_flops
 from workbench.translation.kernels import use_kernels
 from workbench.translation.objective import rate, real_target_logits, step_loss
 from workbench.translation.train_config import TrainConfig

@@ -48,7 +48,6 @@ import sys
 import time
 from typing import Any
 
-from workbench.lessons.flops import peak_flops
 from workbench.model.config import PRESETS
 from workbench.runtime import cpu_bf16_units, resolve_device
 from workbench.tools.bench.probes import suite_capture, suite_decoding, suite_e2e, suite_sdpa
@@ -62,6 +61,7 @@ from workbench.tools.bench.suites import (
     suite_train_step,
 )
 from workbench.tools.provenance import contended, provenance, utc_now, write_report
+from workbench.translation.flops import peak_flops
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.lessons.flops import peak_flops, train_step_flops
 from workbench.lessons.measure import call_seconds, matmul_peaks, peak_memory
 from workbench.model.attention import MultiHeadAttention
 from workbench.model.masks import to_nn_mask
 from workbench.runtime import PrecisionLike, adam, autocast, choose_precision, cpu_bf16_units
 from workbench.tools.bench.rivals import NNTransformer
 from workbench.translation.decode import beam_search
+from workbench.translation.flops import peak_flops, train_step_flops
 from workbench.translation.kernels import attention_kernels, use_kernels
 from workbench.translation.train import step_loss
 
