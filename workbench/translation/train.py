@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from workbench.errors import TrainingError
 from workbench.runtime import Precision, adam, autocast, choose_precision, resolve_device, set_seed
@@ -152,7 +152,8 @@ class _Run:
 class _EpochTotals:
     """Sums over one epoch's batches on this rank."""
 
-    loss: float = 0.0  # summed label-smoothed loss
+    loss: float = 0.0  # summed label-smoothed loss (read from ``loss_sum`` when the epoch ends)
+    loss_sum: Tensor | None = None  # the same sum kept on the device: the loop reads it every log_every steps only
     targets: int = 0  # target tokens
     tokens: int = 0  # source + target tokens
     flops: int = 0  # analytic training FLOPs (0: no count for this model)
@@ -343,11 +344,9 @@ def _train_epoch(run: _Run, epoch: int, on_step: Callable[[int, float], Any] | N
     run.optimizer.zero_grad(set_to_none=True)
     stop = ""
     for i, b_idx in enumerate(bar):
-        loss_value = _forward_backward(run, epoch, b_idx, totals)
+        loss = _forward_backward(run, epoch, b_idx, totals)
         if (i + 1) % cfg.accum_steps == 0 or i + 1 == len(idx):
-            _optimizer_step(run, epoch, loss_value, totals, bar)
-            if on_step is not None:
-                on_step(run.step, loss_value)
+            _optimizer_step(run, epoch, loss, totals, bar, on_step)
         if cfg.max_steps is not None and run.step >= cfg.max_steps:
             stop = "max steps"  # every rank counts the same steps: no vote needed
             break
@@ -357,38 +356,60 @@ def _train_epoch(run: _Run, epoch: int, on_step: Callable[[int, float], Any] | N
             stop = "time budget"
             break
     bar.close()
+    if totals.loss_sum is not None:
+        totals.loss = _read_loss(run, epoch, totals.loss_sum)
     totals.seconds = time.perf_counter() - totals.start
     return stop, totals
 
 
-def _forward_backward(run: _Run, epoch: int, b_idx: list[int], totals: _EpochTotals) -> float:
-    """Loss and gradients of one micro-batch (added to the gradients already there); returns its loss per token."""
+def _forward_backward(run: _Run, epoch: int, b_idx: list[int], totals: _EpochTotals) -> Tensor:
+    """Loss and gradients of one micro-batch (added to the gradients already there); returns its loss per token,
+    on the device and unread: the loop asks the device nothing per step (see :func:`_read_loss`).
+
+    The batch is built on the CPU, where its token counts and the positions of its real targets are found, then
+    sent from pinned memory without waiting (an accelerator computes the previous step meanwhile)."""
     cfg = run.cfg
     batch = make_batch([run.train_src[j] for j in b_idx], [run.train_tgt[j] for j in b_idx], run.pad_id,
                        run.pad_multiple, run.max_len)
+    rows, n_src = _host_counts(batch, run.pad_id)
+    totals.flops += model_train_flops(run.model, batch.src, batch.tgt_in, n_projected=rows.shape[0]) or 0
     if run.device.type == "cuda":
         batch = batch.pin_memory().to(run.device, non_blocking=True)
+        rows = rows.pin_memory().to(run.device, non_blocking=True)
     with autocast(run.device, run.precision):
-        loss_sum, n_tok = step_loss(run.net, run.model, batch, run.pad_id, cfg.label_smoothing)
-    totals.flops += model_train_flops(run.model, batch.src, batch.tgt_in, n_projected=n_tok) or 0
+        loss_sum, n_tok = step_loss(run.net, run.model, batch, run.pad_id, cfg.label_smoothing, rows=rows)
     loss = loss_sum / max(n_tok, 1)
-    loss_value = float(loss.detach())
-    if not math.isfinite(loss_value):
+    (loss / cfg.accum_steps).backward()
+    totals.loss_sum = loss_sum.detach().float() if totals.loss_sum is None else totals.loss_sum + loss_sum.detach()
+    totals.targets += n_tok
+    totals.tokens += n_tok + n_src
+    return loss.detach()
+
+
+def _host_counts(batch: Batch, pad_id: int) -> tuple[Tensor, int]:
+    """What the loop needs to know of a batch still on the CPU (so no device is asked): the flat positions of its
+    real targets (N,) and its number of real source tokens."""
+    return (batch.tgt_out != pad_id).flatten().nonzero().squeeze(1), batch.n_src_tokens
+
+
+def _read_loss(run: _Run, epoch: int, loss: Tensor) -> float:
+    """The one host read of a loss (every ``log_every`` steps, before a snapshot, at the end of an epoch): stops
+    training with a clear error when it is not finite."""
+    value = float(loss)
+    if not math.isfinite(value):
         raise TrainingError(
-            f"loss became {loss_value} at epoch {epoch + 1}, step {run.step}: training stopped. The last good "
+            f"loss became {value} at epoch {epoch + 1}, step {run.step}: training stopped. The last good "
             f"checkpoint{' in ' + str(run.out) if run.out else ''} is kept; lower lr_factor, raise warmup_steps or "
             "check the data"
         )
-    (loss / cfg.accum_steps).backward()
-    totals.loss += float(loss_sum.detach())
-    totals.targets += n_tok
-    totals.tokens += n_tok + batch.n_src_tokens
-    return loss_value
+    return value
 
 
-def _optimizer_step(run: _Run, epoch: int, loss_value: float, totals: _EpochTotals, bar: Any) -> None:
-    """Clip, step optimizer and schedule, count the step; log its loss every ``log_every`` steps and save a
-    numbered snapshot every ``checkpoint_every`` steps (rank 0)."""
+def _optimizer_step(run: _Run, epoch: int, loss: Tensor, totals: _EpochTotals, bar: Any,
+                    on_step: Callable[[int, float], Any] | None = None) -> None:
+    """Clip, step optimizer and schedule, count the step; log its loss, tokens/s and MFU every ``log_every`` steps
+    and save a numbered snapshot every ``checkpoint_every`` steps (rank 0). The loss is read on the host only then
+    (and every step for an ``on_step`` callback, which asks for it)."""
     from workbench.translation.checkpoint import save_checkpoint
 
     cfg = run.cfg
@@ -398,14 +419,21 @@ def _optimizer_step(run: _Run, epoch: int, loss_value: float, totals: _EpochTota
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.step += 1
+    if on_step is not None:
+        on_step(run.step, _read_loss(run, epoch, loss))
     if run.step % cfg.log_every == 0:
+        loss_value = _read_loss(run, epoch, loss)
         run.history.steps.append(run.step)
         run.history.step_loss.append(loss_value)
-        post = {"loss": f"{loss_value:.3f}", "lr": f"{run.scheduler.get_last_lr()[0]:.2e}"}
+        seconds = max(time.perf_counter() - totals.start, 1e-9)
+        post = {"loss": f"{loss_value:.3f}", "lr": f"{run.scheduler.get_last_lr()[0]:.2e}",
+                "tok/s": f"{totals.tokens * run.world / seconds:,.0f}"}
         if run.peak is not None and totals.flops:
-            post["mfu"] = f"{totals.flops / max(time.perf_counter() - totals.start, 1e-9) / run.peak:.1%}"
+            post["mfu"] = f"{totals.flops / seconds / run.peak:.1%}"
         bar.set_postfix(post)
     if cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0 and run.out is not None and run.rank == 0:
+        if totals.loss_sum is not None:
+            _read_loss(run, epoch, totals.loss_sum)  # never a snapshot of weights a non-finite loss has updated
         # numbered snapshots for averaging (resuming uses last.pt, written at epoch ends)
         save_checkpoint(run.out / f"ckpt_step{run.step:07d}.pt", run.model, tokenizer=run.tokenizer, step=run.step,
                         epoch=epoch, train_cfg=cfg, extra=run.meta)
