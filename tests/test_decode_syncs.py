@@ -104,8 +104,8 @@ def test_preallocated_cache_finds_the_growing_caches_tokens(src, kind, policy, m
     assert allocated and set(allocated) == {21}  # one buffer per decoder layer, the whole budget (11 + 10)
     real_stepper = decode_steps._Stepper.__init__
 
-    def growing(self, model, memory, src_mask, use_cache, capacity=None):
-        real_stepper(self, model, memory, src_mask, use_cache, capacity=None)
+    def growing(self, model, memory, src_mask, use_cache, capacity=None, graphs=False):
+        real_stepper(self, model, memory, src_mask, use_cache, capacity=None, graphs=graphs)
 
     monkeypatch.setattr(decode_steps._Stepper, "__init__", growing)
     grown = beam_search(model, src, beam=4, max_extra=10, return_scores=True) if kind == "beam" else \

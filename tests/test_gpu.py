@@ -173,3 +173,17 @@ def test_cuda_training_loop_has_no_sync_between_steps(monkeypatch):
     per_step = _per_step(events)
     assert len(per_step) >= 5
     assert max(per_step[1:-1]) == 0, per_step  # the first step's lazy initialisation and the epoch's end aside
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_cuda_graph_decoding_finds_eager_decodings_translations(shipped, test_pairs, beam):
+    """Steps replayed as a captured CUDA graph translate as the eager CUDA steps do (200 test sentences, fp32)."""
+    import copy
+
+    model, tok = shipped
+    gpu_model = copy.deepcopy(model).to(CUDA)
+    sources = [s for s, _ in test_pairs[:200]]
+    eager = decode.translate(gpu_model, tok, sources, beam=beam, precision="fp32")
+    graphs = decode.translate(gpu_model, tok, sources, beam=beam, precision="fp32", graphs=True)
+    differ = [i for i, (a, b) in enumerate(zip(eager, graphs, strict=True)) if a != b]
+    assert differ == [], f"{len(differ)} of 200 differ, first {differ[:5]}"

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 @torch.no_grad()
 def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3, max_extra: int = DECODING.max_extra,
                   max_len: int | None = None, use_cache: bool = True,
-                  on_step: Callable[[int, Tensor, Tensor], None] | None = None) -> Tensor:
+                  on_step: Callable[[int, Tensor, Tensor], None] | None = None, graphs: bool = False) -> Tensor:
     """Pick the most probable token at every step, for a whole batch at once.
 
     Args:
@@ -56,6 +56,9 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
         use_cache: reuse keys/values of earlier steps (same result, faster).
         on_step: called after every step as ``on_step(t, logits, token)`` with the step's next-token logits
             (B, V) and the tokens emitted (B,) (what :func:`workbench.translation.decode_trace.trace_greedy` records).
+        graphs: on CUDA, replay every step after the first as a captured CUDA graph
+            (:class:`~workbench.translation.decode_graph.FixedStep`; a Transformer with the cache, no ``on_step``);
+            ignored elsewhere.
 
     Shapes:
         src (B, S) -> (B, T) output ids without bos, eos included, padded with ``model.pad_id`` after eos.
@@ -66,7 +69,7 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
         memory = model.encode(src, src_mask)
         limits = _step_limits(model, src, max_extra, max_len)  # (B,)
         B, T, device = src.shape[0], int(limits.max()), src.device
-        step = _Stepper(model, memory, src_mask, use_cache, capacity=T)
+        step = _Stepper(model, memory, src_mask, use_cache, capacity=T, graphs=graphs and on_step is None)
         # a finished sentence leaves the batch (as in beam_search) on the CPU; on_step sees every sentence at
         # every step, and an accelerator keeps the batch's shape (see drops_rows)
         shrink = on_step is None and drops_rows(device)
@@ -124,6 +127,7 @@ def beam_search(
     early_stop: bool = True,
     on_step: Callable[[dict[str, Tensor]], None] | None = None,
     keep_finished: bool = False,
+    graphs: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Batched beam search with GNMT length penalty; hypotheses are ranked by log P / lp at the end.
 
@@ -143,6 +147,8 @@ def beam_search(
     then never pushed out by unfinished ones that later fall below it. With ``alpha=0`` it is transformers'
     beam search with ``length_penalty=0.0``, ``early_stopping=False`` and the same length limit (see
     :func:`_beam_search_kept` and tests/test_bridges.py).
+
+    ``graphs=True`` replays the steps after the first as a captured CUDA graph on CUDA (as :func:`greedy_decode`).
 
     Shapes:
         src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
@@ -166,9 +172,10 @@ def beam_search(
         # step 0: the K beams of a sentence all hold bos, so each sentence is fed once and its state copied K times
         # afterwards (K times fewer rows, and the memory's cross-attention keys/values projected once per sentence)
         fold = _fewer_rows_alike(memory, B * K, torch.arange(0, B * K, K, device=device))
-        step = (_Stepper(model, memory, src_mask, use_cache, capacity=T) if fold
+        graphs = graphs and on_step is None
+        step = (_Stepper(model, memory, src_mask, use_cache, capacity=T, graphs=graphs) if fold
                 else _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache,
-                              capacity=T))
+                              capacity=T, graphs=graphs))
         # a sentence whose search has stopped leaves the batch on the CPU (its rows would only extend with
         # padding); an accelerator keeps the batch's shape (drops_rows), and tracing (on_step) sees every sentence
         # at every step
@@ -471,6 +478,7 @@ def translate(
     progress: bool = False,
     precision: PrecisionLike = "fp32",
     max_tokens: int | None = None,
+    graphs: bool = False,
 ) -> list[str]:
     """Translate sentences (detokenized text in, detokenized text out), in length-sorted batches.
 
@@ -484,6 +492,7 @@ def translate(
         max_tokens: a token budget per batch instead (source tokens times beam, padding included); None takes
             :func:`decode_token_budget`'s for the device (on CUDA, sized from its memory; on a CPU none, so
             batches of ``batch_size``).
+        graphs: on CUDA, replay each decoding step as a captured CUDA graph (:mod:`workbench.translation.decode_graph`).
         precision: ``"fp32"`` (the default: the figures the lessons show), ``"bf16"`` (autocast; an error on a CPU
             without bf16 matrix units), ``"auto"`` (bf16 on CUDA; on a CPU with bf16 units only where a probe, this
             decoding on the first batch's first sentences for a few steps, measures it faster), or a resolved
@@ -507,7 +516,8 @@ def translate(
     budget = decode_token_budget(device, model, beam) if max_tokens is None else max_tokens
     batches = (token_budget_batches([len(encoded[i]) for i in order], budget, beam, order) if budget
                else [order[k : k + batch_size] for k in range(0, len(order), batch_size)])
-    kw = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_extra=max_extra, use_cache=use_cache)
+    kw = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, max_extra=max_extra, use_cache=use_cache,
+              graphs=graphs)
 
     def run(src: Tensor) -> Tensor:
         return greedy_decode(model, src, **kw) if beam == 1 else beam_search(model, src, beam=beam, alpha=alpha, **kw)

@@ -137,21 +137,31 @@ class _Stepper:
     """
 
     def __init__(self, model: Seq2Seq, memory: Tensor, src_mask: Tensor, use_cache: bool,
-                 capacity: int | None = None) -> None:
+                 capacity: int | None = None, graphs: bool = False) -> None:
         from workbench.model.transformer import DecoderCache
 
         self.model, self.memory, self.src_mask, self.use_cache = model, memory, src_mask, use_cache
-        self.cache = model.init_cache(memory, src_mask) if use_cache else None
+        self.fixed = None
+        if capacity is not None and _fixed_step_wanted(model, memory, use_cache, graphs):
+            from workbench.translation.decode_graph import FixedStep
+
+            self.fixed = FixedStep(model, memory, src_mask, capacity, graphs=memory.device.type == "cuda")  # type: ignore[arg-type]
+        self.cache = model.init_cache(memory, src_mask) if use_cache and self.fixed is None else None
         if capacity is not None and isinstance(self.cache, DecoderCache):
             for layer in self.cache.layers:
                 layer.self_attn = PreallocatedKVCache(capacity)
 
     def __call__(self, prefix: Tensor) -> Tensor:
         """Shapes: prefix (N, t) -> logits of the next token (N, V)."""
+        if self.fixed is not None:
+            return self.fixed(prefix[:, -1:], prefix.shape[1] - 1)
         tgt = prefix[:, -1:] if self.use_cache else prefix
         return self.model.decode(tgt, self.memory, self.src_mask, self.cache)[:, -1]
 
     def reorder(self, index: Tensor) -> None:
+        if self.fixed is not None:
+            self.fixed.reorder(index)
+            return
         self.memory = self.memory.index_select(0, index)
         self.src_mask = self.src_mask.index_select(0, index)
         if self.cache is not None:
@@ -163,11 +173,21 @@ class _Stepper:
         what the beams do not share moves: the decoder self-attention caches (a recurrent model's whole state)."""
         from workbench.model.transformer import DecoderCache
 
-        if isinstance(self.cache, DecoderCache):
+        if self.fixed is not None:
+            self.fixed.reorder_beams(index)
+        elif isinstance(self.cache, DecoderCache):
             for layer in self.cache.layers:
                 layer.self_attn.reorder(index)
         elif self.cache is not None:
             self.cache.reorder(index)
+
+
+def _fixed_step_wanted(model: Seq2Seq, memory: Tensor, use_cache: bool, graphs: bool) -> bool:
+    """Whether a search takes :class:`~workbench.translation.decode_graph.FixedStep` (replayed as a CUDA graph): when
+    asked (``graphs=True``), on CUDA, with the cache, for a Transformer. Nowhere else, and never by default."""
+    from workbench.translation.decode_graph import fixed_shape_supported
+
+    return graphs and use_cache and memory.device.type == "cuda" and fixed_shape_supported(model)
 
 
 @contextlib.contextmanager
