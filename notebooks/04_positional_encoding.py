@@ -60,7 +60,8 @@ wb.set_seed(SEED)
 metrics = {}
 
 # %%
-from workbench.model.positional import sinusoidal_table, rotation_matrix, expected_norm, offset_profile, offset_spread
+from workbench.model.positional import sinusoidal_table
+from workbench.lessons.positional import rotation_matrix, expected_norm, offset_profile, offset_spread
 table = sinusoidal_table(long_table, D_MODEL)                     # (positions, D_MODEL)
 shown = min(D_MODEL, 128)
 figures.positional_heatmap(table[:HEATMAP_POSITIONS, :shown],
@@ -239,7 +240,7 @@ metrics.update(permutation_gap_without_positions=no_pos_gap, permutation_gap_wit
 # distance-by-offset profiles, each divided by its mean so that the two scales compare.
 
 # %%
-from workbench.model.positional import offset_rank_correlation, shuffled_rank_correlations
+from workbench.lessons.positional import offset_rank_correlation, shuffled_rank_correlations
 from workbench.translation.data import synthetic_pairs
 from workbench.translation.tokenizer import WordTokenizer
 from workbench.translation.train import fit, evaluate

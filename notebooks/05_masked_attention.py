@@ -57,7 +57,8 @@ metrics = {}
 # %%
 from IPython.display import Markdown, display
 from workbench.viz.figures import markdown_table
-from workbench.model.masks import padding_mask, causal_mask, attention_mask, future_leak_check, decoder_dependency, incremental_logits
+from workbench.model.masks import padding_mask, causal_mask, attention_mask
+from workbench.lessons.causality import future_leak_check, decoder_dependency, incremental_logits
 from workbench.lessons.measure import median_seconds
 from workbench.translation.batching import make_batch
 from workbench.translation.tokenizer import WordTokenizer

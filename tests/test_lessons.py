@@ -11,7 +11,9 @@ from _derived import expected_jacobian_norm, jacobian_norm_closed_form  # tests/
 
 import workbench as wb
 from workbench.lessons import complexity as C
+from workbench.lessons.causality import decoder_dependency, future_leak_check, incremental_logits
 from workbench.lessons.measure import counted_flops, peak_tensor_bytes
+from workbench.lessons.positional import cosine_matrix, distance_matrix, offset_profile, offset_spread
 from workbench.lessons.scores import (
     additive_scores,
     dot_scores,
@@ -19,14 +21,7 @@ from workbench.lessons.scores import (
     score_cost,
     softmax_jacobian_norm,
 )
-from workbench.model.masks import decoder_dependency, future_leak_check, incremental_logits
-from workbench.model.positional import (
-    cosine_matrix,
-    distance_matrix,
-    offset_profile,
-    offset_spread,
-    sinusoidal_table,
-)
+from workbench.model.positional import sinusoidal_table
 from workbench.viz.figures import markdown_table
 
 

@@ -7,14 +7,16 @@ import math
 import pytest
 import torch
 
-from workbench.model.positional import (
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
+from workbench.lessons.positional import (
     distance_matrix,
     expected_norm,
     offset_rank_correlation,
     rotation_matrix,
     shuffled_rank_correlations,
+)
+from workbench.model.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
 
@@ -69,7 +71,7 @@ def test_offset_rank_correlation_of_ordered_and_shuffled_tables():
     assert offset_rank_correlation(distance_matrix(line)) == pytest.approx(1.0, abs=1e-12)
     assert offset_rank_correlation(distance_matrix(line.flip(0))) == pytest.approx(1.0, abs=1e-12)
     # ties share their mean rank: (3, 1, 2, 2, 5, 1) -> (4, 0.5, 2.5, 2.5, 5, 0.5)
-    from workbench.model.positional import _average_ranks
+    from workbench.lessons.positional import _average_ranks
     assert _average_ranks(torch.tensor([3.0, 1, 2, 2, 5, 1])).tolist() == [4.0, 0.5, 2.5, 2.5, 5.0, 0.5]
     with pytest.raises(ValueError, match="at least 3"):
         offset_rank_correlation(torch.zeros(2, 2))

@@ -54,6 +54,7 @@ from workbench.inspect.patching_sweeps import (
 )
 from workbench.inspect.sinks import sink_audit
 from workbench.lessons import complexity  # noqa: F401
+from workbench.lessons.positional import distance_matrix
 from workbench.model.attention import (
     KVCache,
     MultiHeadAttention,
@@ -62,7 +63,7 @@ from workbench.model.attention import (
 )
 from workbench.model.config import PRESETS, ModelConfig, preset
 from workbench.model.masks import attention_mask, causal_mask, padding_mask, to_nn_mask
-from workbench.model.positional import distance_matrix, sinusoidal_table
+from workbench.model.positional import sinusoidal_table
 from workbench.model.rnn import RNNConfig, RNNSeq2Seq, build_rnn
 from workbench.model.transformer import Transformer, build_model
 from workbench.runtime import count_parameters, resolve_device, set_seed

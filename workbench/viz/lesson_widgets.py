@@ -12,8 +12,9 @@ import torch
 
 from workbench.lessons.complexity import KINDS as LAYER_KINDS
 from workbench.lessons.complexity import table1
+from workbench.lessons.positional import distance_matrix
 from workbench.model.masks import attention_mask, causal_mask
-from workbench.model.positional import distance_matrix, sinusoidal_table
+from workbench.model.positional import sinusoidal_table
 from workbench.viz import figures
 
 

@@ -1,5 +1,5 @@
 """Exercises of notebook 04 (positional encoding): the sinusoidal table and the distance matrix between its rows,
-checked against :func:`workbench.model.positional.sinusoidal_table` and :func:`~workbench.model.positional.distance_matrix`."""
+checked against :func:`workbench.model.positional.sinusoidal_table` and :func:`~workbench.lessons.positional.distance_matrix`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from torch import Tensor
 from workbench.lessons.exercises import properties as P
 from workbench.lessons.exercises.core import Case, Exercise, Mistake, register, variants
 from workbench.lessons.exercises.predictions import Prediction, register_prediction
-from workbench.model.positional import distance_matrix, sinusoidal_table
+from workbench.lessons.positional import distance_matrix
+from workbench.model.positional import sinusoidal_table
 
 
 def _table(max_len: int, d_model: int, order: str = "interleaved", exponent: str = "2i/d", first: int = 0,
@@ -49,7 +50,7 @@ register(Exercise(
     sinusoidal_table, _table_cases, atol=1e-5,
     draw=lambda rng: (lambda T, D: Case(f"{T} positions, d_model {D}", (T, D)))(rng.randint(1, 64), rng.randint(1, 40)),
     package=("workbench.model.positional.SinusoidalPositionalEncoding.forward",
-             "workbench.model.positional.rotation_matrix"),
+             "workbench.lessons.positional.rotation_matrix"),
     mistakes=variants(
         _table,
         ("sin and cos swapped", "even columns (2i) hold the sines, odd columns (2i+1) the cosines", {"swap": True}),
@@ -80,7 +81,7 @@ def _dist_draw(rng) -> Case:
 register(Exercise(
     "04.distance_matrix", "the Euclidean distance between every pair of position vectors", distance_matrix,
     _dist_cases, atol=1e-4, draw=_dist_draw,
-    package=("workbench.model.positional.cosine_matrix",),
+    package=("workbench.lessons.positional.cosine_matrix",),
     mistakes=(
         Mistake("squared distances", "take the square root of the summed squared differences",
                 lambda t: ((t[:, None, :] - t[None, :, :]) ** 2).sum(-1)),

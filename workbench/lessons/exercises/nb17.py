@@ -13,7 +13,7 @@ from workbench.lessons.exercises.nb04 import _table
 from workbench.model.positional import sinusoidal_table
 
 PACKAGE = ("workbench.model.positional.sinusoidal_table", "workbench.model.positional.SinusoidalPositionalEncoding.forward",
-           "workbench.model.positional.rotation_matrix")
+           "workbench.lessons.positional.rotation_matrix")
 
 
 def marian_positions(max_len: int, d_model: int) -> Tensor:
