@@ -1,7 +1,8 @@
 """What each benchmark measures: the package modules whose speed its figures depend on, kept in one place.
 
 A published figure is current when its result file's commit is at or after the last commit that changed the
-modules it measures (``git merge-base --is-ancestor``). ``tests/test_figures_current.py`` checks every result file
+modules it measures (``git merge-base --is-ancestor``), or when those modules there differ from HEAD's only in
+docstrings and comments (:func:`same_code`: a reworded docstring does not change a speed). ``tests/test_figures_current.py`` checks every result file
 the book's Benchmarks and Training pages and the README cite; a page may still quote an older file where the same
 paragraph says so in the words ``measured at <commit>`` (a figure labelled as history, not presented as current).
 
@@ -13,6 +14,7 @@ their speed (steps in the time budget) the run's script is mapped like any bench
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -121,9 +123,41 @@ def last_change(paths: Iterable[str], repo: Path = REPO) -> str | None:
     return out.stdout.strip() or None
 
 
+def _code(text: str | None, path: str) -> str | None:
+    """A module's code without its docstrings and comments (``ast.dump``), or the text itself for a file that is not
+    Python or does not parse; None for a missing file."""
+    if text is None or not path.endswith(".py"):
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _files(paths: Iterable[str], commit: str, repo: Path) -> dict[str, str | None]:
+    """Each file under ``paths`` at ``commit`` (a folder expanded), its code as :func:`_code` reads it."""
+    listed = _git("ls-tree", "-r", "--name-only", commit, "--", *paths, repo=repo).stdout.split()
+    return {f: _code(_git("show", f"{commit}:{f}", repo=repo).stdout, f) for f in listed}
+
+
+def same_code(paths: Iterable[str], commit: str, repo: Path = REPO) -> bool:
+    """True when the code under ``paths`` at ``commit`` is HEAD's but for docstrings and comments: a result measured
+    there measured today's code (an edited docstring or a moved comment does not change a speed)."""
+    paths = list(paths)
+    return _files(paths, commit, repo) == _files(paths, "HEAD", repo)
+
+
 def staleness(report: Mapping[str, Any], repo: Path = REPO) -> str | None:
     """Why the figures of ``report`` are older than the code they measure (None when they are current): the result's
-    commit must be at or after the last change to the modules its benchmarks measure."""
+    commit must be at or after the last change to the modules its benchmarks measure, or hold the same code as HEAD
+    but for docstrings and comments."""
     benchmarks = benchmarks_of(report)
     if not benchmarks:
         return "the file names no benchmark (no `suites`, no bench/ script in its command)"
@@ -133,6 +167,8 @@ def staleness(report: Mapping[str, Any], repo: Path = REPO) -> str | None:
     paths = measured_paths(benchmarks)
     last = last_change(paths, repo)
     if last is None or any(reachable_from(last, c, repo) for c in commits):
+        return None
+    if any(reachable(c, repo) and same_code(paths, c, repo) for c in commits):
         return None
     subject = _git("log", "-1", "--format=%h %s", last, repo=repo).stdout.strip()
     return (f"measured at {commits[-1][:7]}, but {', '.join(benchmarks)} measure(s) code changed since by "

@@ -104,7 +104,8 @@ def decoding_block(folder: Path = REPO / "bench" / "results") -> str:
     cmd = " ".join(str(c) for c in r["command"] if not str(c).endswith(".json") and c != "--json")
     rows.append("")
     rows.append(f"`{r['model']}`, beam {r['beam']}, {r['split']} ({r['n_sentences']} sentences), {r['threads']} thread, "
-                f"{r['cpu_model']}; `python {cmd}` → [`bench/results/{path.name}`](bench/results/{path.name}).")
+                f"{r['cpu_model']}, measured at {str(r.get('commit'))[:7]}; `python {cmd}` → "
+                f"[`bench/results/{path.name}`](bench/results/{path.name}).")
     return "\n".join(rows)
 
 
