@@ -173,16 +173,18 @@ def browser():
             b.close()
 
 
-def offline_page(browser):
-    """A page in a fresh context whose every non-file request is aborted and recorded.
+def offline_page(browser, allow: str = "file:", width: int = 1300, height: int = 900):
+    """A page in a fresh context whose every request outside ``allow`` is aborted and recorded.
 
-    Returns (context, page, requests that tried to leave, page errors); close the context when done.
+    ``allow`` is a URL prefix: local files by default, or the base URL of a site served on this machine
+    (``workbench.tools.book.build.served``). Returns (context, page, requests that tried to leave, page errors);
+    close the context when done.
     """
-    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    context = browser.new_context(viewport={"width": width, "height": height})
     left: list[str] = []
 
     def route(r):
-        if r.request.url.startswith("file:"):
+        if r.request.url.startswith(allow):
             r.continue_()
         else:
             left.append(r.request.url)

@@ -363,19 +363,8 @@ def test_book_serve_serves_the_site_and_search_excerpts(smoke_book, browser):
     with book.served(site) as url:
         with urllib.request.urlopen(url + "index.html", timeout=10) as r:
             assert r.status == 200 and b"Attention Workbench" in r.read()
-        context = browser.new_context()
-        left: list[str] = []
-
-        def route(r):
-            if r.request.url.startswith(url):
-                r.continue_()
-            else:
-                left.append(r.request.url)
-                r.abort()
-
-        context.route("**/*", route)
+        context, page, left, _ = offline_page(browser, allow=url)
         try:
-            page = context.new_page()
             page.goto(f"{url}search.html?q={word}")
             page.wait_for_selector("#search-results ul.search li p.context", timeout=60_000)
             excerpt = page.inner_text("#search-results ul.search li p.context")

@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import require, require_module
+from conftest import offline_page, require, require_module
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -50,24 +50,6 @@ def test_sentences(multi30k_dir):
     return [p[0] for p in load_multi30k("test_2016_flickr", "de", "en", data_dir=multi30k_dir)]
 
 
-def _served_page(browser, url: str):
-    context = browser.new_context(viewport={"width": 1200, "height": 1500})
-    left: list[str] = []
-
-    def route(r):
-        if r.request.url.startswith(url):
-            r.continue_()
-        else:
-            left.append(r.request.url)
-            r.abort()
-
-    context.route("**/*", route)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    return context, page, left, errors
-
-
 def test_page_translates_as_python(browser, page_dir, test_sentences, record_property):
     from workbench.bridges.onnx import OnnxTranslator
     from workbench.tools.book.build import served
@@ -76,7 +58,7 @@ def test_page_translates_as_python(browser, page_dir, test_sentences, record_pro
     sentences = test_sentences[:20]
     with served(page_dir) as url:
         url = url.rstrip("/")
-        context, page, left, errors = _served_page(browser, url)
+        context, page, left, errors = offline_page(browser, allow=url, width=1200, height=1500)
         try:
             page.goto(f"{url}/index.html")
             page.wait_for_function(READY, timeout=120_000)
@@ -125,8 +107,6 @@ def test_page_translates_as_python(browser, page_dir, test_sentences, record_pro
 
 
 def test_page_from_file_says_how_to_serve(browser, page_dir):
-    from conftest import offline_page
-
     context, page, left, errors = offline_page(browser)
     try:
         page.goto((page_dir / "index.html").as_uri())
