@@ -22,6 +22,7 @@ from workbench.errors import (
     NotebookParameterError,
     PatchingError,
     RunFolderError,
+    SiteNameError,
     TrainingError,
     WorkbenchError,
 )
@@ -65,6 +66,7 @@ from workbench.model.config import PRESETS, ModelConfig, preset
 from workbench.model.masks import attention_mask, causal_mask, padding_mask, to_nn_mask
 from workbench.model.positional import sinusoidal_table
 from workbench.model.rnn import RNNConfig, RNNSeq2Seq, build_rnn
+from workbench.model.sites import site_name
 from workbench.model.transformer import Transformer, build_model
 from workbench.runtime import count_parameters, resolve_device, set_seed
 from workbench.translation import decode, shipped, train  # noqa: F401
@@ -128,6 +130,7 @@ __all__ = [
     "LogitDiff",
     "PRESETS",
     "PatchingError",
+    "SiteNameError",
     "PatchingResult",
     "PretrainedError",
     "RNNConfig",
@@ -170,6 +173,7 @@ __all__ = [
     "prepare_pair",
     "Site",
     "site_names",
+    "site_name",
     "sweep_heads",
     "sweep_position_groups",
     "sweep_positions",
