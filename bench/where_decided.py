@@ -8,7 +8,10 @@
   (logit and tuned lens) on ``--heldout`` validation sentences, and the median decision layer (tuned lens) with a
   bootstrap interval over sentences;
 * ``sinks``: :func:`workbench.inspect.sinks.sink_audit` of small-de-en over test2016 (the timed figure, alignment
-  and the sink-head ablation included), then of gru-de-en; mean shares per attention kind;
+  and the sink-head ablation included), then of gru-de-en, then of an imported Marian model: opus-mt-de-en when
+  the Hugging Face cache holds it, else small-de-en exported to Marian's layout, loaded by transformers'
+  ``MarianMTModel`` and converted back (a trained model through the import path; its table must equal
+  small-de-en's); mean shares per attention kind;
 * ``das``: pronoun minimal pairs from val and test, half to train, half held out; the time of one
   ``train_das`` (``--das-site``, ``--das-rank``), then the IIA table over ``--das-sites`` x ``--das-ranks`` against
   random rotations.
@@ -94,11 +97,37 @@ def lens_part(args) -> dict:
             "n_heldout": args.heldout}
 
 
+def imported_marian() -> tuple[str, torch.nn.Module, object]:
+    """opus-mt-de-en from the local Hugging Face cache, else small-de-en through Marian's layout and back."""
+    import tempfile
+
+    import transformers
+
+    from workbench.bridges.huggingface import from_huggingface, to_huggingface
+    from workbench.errors import BridgeError
+
+    try:
+        model, tok, _ = wb.pretrained("Helsinki-NLP/opus-mt-de-en")
+        return "opus-mt-de-en", model, tok
+    except BridgeError:
+        small, small_tok, _ = wb.pretrained("small-de-en")
+        with tempfile.TemporaryDirectory() as folder:
+            to_huggingface(small, small_tok, folder)
+            hf_model = transformers.MarianMTModel.from_pretrained(folder).eval()
+            hf_tok = transformers.AutoTokenizer.from_pretrained(folder)
+        model, tok = from_huggingface(hf_model, hf_tok)
+        return "small-de-en as Marian (round trip)", model, tok
+
+
 def sinks_part(args) -> dict:
     pairs = load_multi30k("test_2016_flickr")[:args.audit]
     out = {"n_sentences": len(pairs), "target_seconds": 60}
-    for name in ("small-de-en", "gru-de-en"):
-        model, tok, _ = wb.pretrained(name)
+    for name in ("small-de-en", "gru-de-en", "marian"):
+        if name == "marian":
+            label, model, tok = imported_marian()
+            out["marian_model"] = label
+        else:
+            model, tok, _ = wb.pretrained(name)
         audit = sink_audit(model.eval(), tok, pairs)
         summary = audit.summary()
         out[name] = {"seconds": audit.seconds, "shares_by_kind": summary[list(CATEGORIES)].to_dict("index"),

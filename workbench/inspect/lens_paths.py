@@ -107,9 +107,9 @@ def lens_steps(model: nn.Module, src: Sequence[int] | Tensor, tokens: Sequence[i
     device = next(model.parameters()).device
     s = src_t[None].to(device)  # (1, S)
     tgt = torch.cat([torch.tensor([bos_id]), out_t])[None, :-1].to(device)  # (1, T): bos + all but the last word
-    with capture_attention(model, kinds=["cross"]) as cache:
+    with capture_attention(model, kinds=["dec.cross"]) as cache:
         lens_logits = logit_lens(model, s, tgt, lens=lens)  # (L, 1, T, V)
-    cross = cache.stack("cross")[:, 0]  # (L, H, T, S)
+    cross = cache.stack("dec.cross")[:, 0]  # (L, H, T, S)
     probs = torch.softmax(lens_logits[:, 0].float(), -1).cpu()  # (L, T, V)
     chosen = out_t.view(1, -1).expand(probs.shape[0], -1)  # (L, T)
     p_chosen = probs.gather(-1, chosen[..., None])[..., 0]  # (L, T)
