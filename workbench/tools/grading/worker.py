@@ -2,10 +2,11 @@
 
 ``python -m workbench.tools.grading.worker JOB.json`` reads its job (written by :mod:`workbench.tools.grading.grader`) and
 
-* ``"mode": "checks"``: executes the student's extracted definitions (imports, functions, classes, literal
-  constants; nothing else) statement by statement in a fresh namespace, then calls
-  :func:`workbench.lessons.exercises.observe` on each exercise's function and saves what it observed, one file per
-  exercise (``obs-K.pt``, plain data for ``torch.load(weights_only=True)``), plus ``exec.json`` (the statements
+* ``"mode": "checks"``: for each exercise, a child process of its own (forked before any student code runs)
+  makes the package's answer to that exercise unavailable for its whole life, executes the student's extracted
+  definitions (imports, functions, classes, literal constants; nothing else) statement by statement in a fresh
+  namespace, calls :func:`workbench.lessons.exercises.observe` on the exercise's function and saves what it
+  observed (``obs-K.pt``, plain data for ``torch.load(weights_only=True)``), plus ``exec.json`` (the statements
   that raised, for the hints);
 * ``"mode": "notebook"``: runs the student's notebook with papermill and saves ``run.json`` (status, error,
   seconds), so the gradebook can say whether it runs.
@@ -23,32 +24,87 @@ from typing import Any
 
 
 def run_checks(job: dict[str, Any], folder: Path) -> None:
+    """Observe each exercise in a child process of its own, forked before any student code runs here.
+
+    This process never executes the student's code: it forks one child per exercise, and judges each child's
+    observation (plain data) only to choose, as the lessons do, whether later exercises run with the package's
+    function under that name. A child makes the package's answer to *its* exercise unavailable (it raises) for its
+    whole life, before it executes the student's definitions: so code that runs at definition time, or a function
+    that patches the recorder (``observe``, ``plain``, ``torch.save``), finds no answer to forge an observation from.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # no OpenMP worker threads in this process: forking stays safe
+    try:
+        _fork_per_exercise(job, folder, threads)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
     import torch
 
     from workbench.lessons import exercises as ex
 
-    pid = os.getpid()
-    namespace: dict[str, Any] = {"__name__": "__student__", "__builtins__": __builtins__}
-    errors = []
-    for statement in job["statements"]:
-        try:
-            exec(compile(statement["code"], statement["where"], "exec"), namespace)  # noqa: S102 (sandboxed)
-        except BaseException as exc:  # noqa: BLE001 (a definition may raise anything, even SystemExit)
-            text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
-            errors.append(f"{statement['where']}: {type(exc).__name__}: {text}")
-    (folder / "exec.json").write_text(json.dumps(errors))
+    failed: list[str] = []
+    if not job["exercises"]:
+        (folder / "exec.json").write_text("[]")
     for k, exercise_id in enumerate(job["exercises"]):
-        name = ex.get(exercise_id).function_name
-        fn = namespace.get(name)
-        observation = ex.observe(exercise_id, fn, seed=job["seed"], time_limit=job["time_limit"])
+        child = os.fork()
+        if child == 0:  # the child: observe one exercise, write obs-K.pt, never return
+            code = 1
+            try:
+                torch.set_num_threads(threads)
+                _observe_one(job, folder, k, exercise_id, failed)
+                code = 0
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.waitpid(child, 0)
+        path = folder / f"obs-{k}.pt"
+        try:
+            observation = torch.load(path, weights_only=True)
+            passed = ex.judge(exercise_id, observation).status == ex.PASSED
+        except Exception:  # noqa: BLE001 (no file, or not this exercise's: the grader says so; here it only failed)
+            passed = False
+        if not passed:
+            failed.append(exercise_id)
+
+
+def _observe_one(job: dict[str, Any], folder: Path, k: int, exercise_id: str, failed: list[str]) -> None:
+    import torch
+
+    from workbench.lessons import exercises as ex
+    from workbench.lessons.exercises.calling import _package_answer_unavailable
+
+    exercise = ex.get(exercise_id)
+    # the inputs are drawn before the answer is made unavailable (a few draws use the package's helpers), and the
+    # observation reuses them
+    cases = exercise.all_cases(job["seed"], ex.N_DRAWS)
+    object.__setattr__(exercise, "all_cases", lambda *_a, **_k: cases)
+    fallbacks = {ex.get(j).function_name: ex.get(j).reference for j in failed}
+    pid = os.getpid()
+    with _package_answer_unavailable(exercise, lambda: None):  # for the rest of this child's life
+        namespace: dict[str, Any] = {"__name__": "__student__", "__builtins__": __builtins__}
+        errors = []
+        for statement in job["statements"]:
+            try:
+                exec(compile(statement["code"], statement["where"], "exec"), namespace)  # noqa: S102 (sandboxed)
+            except BaseException as exc:  # noqa: BLE001 (a definition may raise anything, even SystemExit)
+                text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+                errors.append(f"{statement['where']}: {type(exc).__name__}: {text}")
+        if k == 0:
+            (folder / "exec.json").write_text(json.dumps(errors))
+        # as the lessons do: after a failed exercise, the later ones run with the package's function under its name
+        namespace.update(fallbacks)
+        observation = ex.observe(exercise_id, namespace.get(exercise.function_name), seed=job["seed"],
+                                 time_limit=job["time_limit"])
         if os.getpid() != pid:  # a child forked by the student's function: it writes nothing
             os._exit(0)
         torch.save(observation, folder / f"obs-{k}.tmp")
         os.replace(folder / f"obs-{k}.tmp", folder / f"obs-{k}.pt")
-        # as the lessons do: after a failed exercise, the later ones run with the package's function under its name
-        # (this judgement only chooses that; the grade is judged again by the grader, outside the sandbox)
-        if ex.judge(exercise_id, observation).status != ex.PASSED:
-            namespace[name] = ex.get(exercise_id).reference
 
 
 def run_notebook(job: dict[str, Any], folder: Path) -> None:
