@@ -6,8 +6,9 @@ on a 2-core CPU).
 The pair is the ``--pair``-th pronoun minimal pair (:mod:`workbench.lessons.pronoun_pairs`) built from the
 validation split. A *full* layer x position sweep patches, clean -> corrupted, every cell of the three position
 families: the source embedding and the encoder residual stream after each layer at every source position
-(``resid_enc``), each decoder layer's cross keys and values at every source position (``memory``), and the target
-embedding and decoder residual stream at every target position (``resid_dec``). Its time includes caching both
+(``enc.resid``), each decoder layer's cross keys and values at every source position (``dec.memory``), and the
+target embedding and decoder residual stream at every target position (``dec.resid``); the report keeps the keys
+``resid_enc``, ``memory``, ``resid_dec`` of its earlier results. Its time includes caching both
 runs. Each family alone, a layer x head sweep of the cross-attention and the path patching grid are timed too.
 Timings are medians of ``--repeats`` runs after one warm-up, per thread count, the thread counts interleaved; the
 machine's load average is recorded beside them, so that figures taken on a busy machine are read as such.
@@ -58,16 +59,16 @@ def main() -> int:
 
     def full() -> None:
         pair = prepare_pair(model, clean, corrupt, tgt, metric)
-        for family in ("resid_enc", "memory", "resid_dec"):
+        for family in ("enc.resid", "dec.memory", "dec.resid"):
             sweep_positions(model, clean, corrupt, tgt, metric, family=family, prepared=pair)
 
     pair = prepare_pair(model, clean, corrupt, tgt, metric)
     jobs = {
         "full_layer_x_position": full,
-        "resid_enc": lambda: sweep_positions(model, clean, corrupt, tgt, metric, "resid_enc", prepared=pair),
-        "memory": lambda: sweep_positions(model, clean, corrupt, tgt, metric, "memory", prepared=pair),
-        "resid_dec": lambda: sweep_positions(model, clean, corrupt, tgt, metric, "resid_dec", prepared=pair),
-        "cross_heads": lambda: sweep_heads(model, clean, corrupt, tgt, metric, "cross", prepared=pair),
+        "resid_enc": lambda: sweep_positions(model, clean, corrupt, tgt, metric, "enc.resid", prepared=pair),
+        "memory": lambda: sweep_positions(model, clean, corrupt, tgt, metric, "dec.memory", prepared=pair),
+        "resid_dec": lambda: sweep_positions(model, clean, corrupt, tgt, metric, "dec.resid", prepared=pair),
+        "cross_heads": lambda: sweep_heads(model, clean, corrupt, tgt, metric, "dec.cross", prepared=pair),
         "path_patching": lambda: path_patching(model, clean, corrupt, tgt, metric, prepared=pair),
     }
     times: dict[str, dict[str, list[float]]] = {name: {str(t): [] for t in args.threads} for name in jobs}

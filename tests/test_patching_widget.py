@@ -23,7 +23,7 @@ def test_click_shows_the_patched_translation(shipped):
     from workbench.viz.patching_widgets import PatchingInspector
 
     model, tok = shipped
-    # a validation sentence whose possessive alone decides the pronoun (a pair lesson 13 builds)
+    # a validation sentence whose possessive alone decides the pronoun (a pair lesson 14 builds)
     clean = "Ein großer brauner Hund hält sein Gesicht in den Rasensprenger."
     insp = PatchingInspector(model, tok, clean, clean.replace("sein", "ihr"))
     assert insp.good.lstrip("▁") == "his" and insp.bad.lstrip("▁") == "her"

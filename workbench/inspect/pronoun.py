@@ -1,5 +1,5 @@
 """Where the heads look from a pronoun: the study notes' "The animal didn't cross the street because it was too
-tired" question asked of a German sentence with a pronoun after its antecedent (notebook 09).
+tired" question asked of a German sentence with a pronoun after its antecedent (notebook 10).
 
 Two places are read: **encoder self-attention** from the German pronoun (which source words build its vector) and
 **cross-attention** from the decoder position that emits the English pronoun (which source words each head reads

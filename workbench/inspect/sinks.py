@@ -14,7 +14,7 @@ on teacher-forced (source, reference) pairs:
   dropped; a word with its full stop attached is a content token), ``content`` (everything else). The four shares
   of a row sum to 1;
 * for cross-attention heads, alignment agreement with the IBM Model 1 aligner of :mod:`workbench.inspect.align`
-  (lesson 12): the share of target words whose most-attended source word is the aligner's, **raw** (``</s>`` is a
+  (lesson 13): the share of target words whose most-attended source word is the aligner's, **raw** (``</s>`` is a
   candidate, and counts as a miss when it wins) and **content-only** (``</s>`` and punctuation words are removed
   before the argmax); both over the same target words (those the aligner links to a content word);
 * optionally, the change in corpus BLEU (greedy) when the sink-heavy heads (sink share >= ``sink_threshold``) are

@@ -50,8 +50,8 @@ old spelling                                  new name                          
 ``("resid_enc", l)``, ``("resid_dec", l)``    ``enc.{l}.resid``, ``dec.{l}.resid``   capture keys (``resid=True``)
 kind ``"enc_self"`` / ``"dec_self"``          ``"enc.self"`` / ``"dec.self"``        heads ``(kind, layer, head)``,
 kind ``"cross"`` / ``"rnn_cross"``            ``"dec.cross"``                        sweeps, sink table, inspectors
-family ``"resid_enc"`` / ``"resid_dec"``      ``"enc.resid"`` / ``"dec.resid"``      patching sweeps, lesson 13
-family ``"memory"``                           ``"dec.memory"``                       patching sweeps, lesson 13
+family ``"resid_enc"`` / ``"resid_dec"``      ``"enc.resid"`` / ``"dec.resid"``      patching sweeps, lessons 14-15
+family ``"memory"``                           ``"dec.memory"``                       patching sweeps, lessons 14-15
 ``encoder_layers.2.hook_resid`` (hook path)   ``enc.2.resid``                        accepted, no warning
 ``enc.2.resid``, ``dec.0.cross.z`` (patching) unchanged                              patching sites
 ============================================  =====================================  ===============================
