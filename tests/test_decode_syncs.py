@@ -47,6 +47,12 @@ def _accelerator_policy(monkeypatch) -> None:
     monkeypatch.setattr(decode, "drops_rows", lambda device: False)
 
 
+@pytest.fixture(autouse=True)
+def _preallocated(monkeypatch):
+    """Every search here keeps its cache in preallocated buffers, as off the CPU (decode_steps.preallocates)."""
+    monkeypatch.setattr(decode_steps, "preallocates", lambda device: True)
+
+
 @pytest.mark.parametrize("kind", ["greedy", "beam"])
 @pytest.mark.parametrize("policy", ["accelerator", "cpu"])
 def test_at_most_one_host_sync_per_decoding_step(model, src, kind, policy, monkeypatch):
@@ -93,6 +99,7 @@ def test_preallocated_cache_finds_the_growing_caches_tokens(src, kind, policy, m
     model = build_model(preset("tiny", max_len=64), 40, 40).eval()
     if policy == "accelerator":
         _accelerator_policy(monkeypatch)
+    monkeypatch.setattr(decode_steps, "preallocates", lambda device: True)  # as off the CPU
     pre = beam_search(model, src, beam=4, max_extra=10, return_scores=True) if kind == "beam" else \
         greedy_decode(model, src, max_extra=10)
     allocated = []
@@ -114,6 +121,11 @@ def test_preallocated_cache_finds_the_growing_caches_tokens(src, kind, policy, m
         assert torch.equal(a, b)
     for a, b in zip(pre if kind == "beam" else (pre,), again if kind == "beam" else (again,), strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_cpu_keeps_the_growing_cache(monkeypatch):
+    monkeypatch.undo()  # the module's fixture aside: the CPU's own policy
+    assert not decode_steps.preallocates(torch.device("cpu")) and decode_steps.preallocates(torch.device("meta"))
 
 
 def test_preallocated_cache_writes_in_place():

@@ -147,7 +147,7 @@ class _Stepper:
 
             self.fixed = FixedStep(model, memory, src_mask, capacity, graphs=memory.device.type == "cuda")  # type: ignore[arg-type]
         self.cache = model.init_cache(memory, src_mask) if use_cache and self.fixed is None else None
-        if capacity is not None and isinstance(self.cache, DecoderCache):
+        if capacity is not None and preallocates(memory.device) and isinstance(self.cache, DecoderCache):
             for layer in self.cache.layers:
                 layer.self_attn = PreallocatedKVCache(capacity)
 
@@ -180,6 +180,14 @@ class _Stepper:
                 layer.self_attn.reorder(index)
         elif self.cache is not None:
             self.cache.reorder(index)
+
+
+def preallocates(device: torch.device) -> bool:
+    """Whether the searches keep self-attention keys and values in :class:`PreallocatedKVCache` buffers on ``device``:
+    off the CPU. On the CPU the growing cache is faster: its SDPA kernel took 2.4x as long on a strided view of a
+    buffer as on a contiguous tensor (one thread, 256 rows, 8 heads, 10 cached positions: 4.6-5.2 ms against
+    1.9-2.3 ms, contended), far more than ``torch.cat``'s copy (0.35 ms)."""
+    return device.type != "cpu"
 
 
 def _fixed_step_wanted(model: Seq2Seq, memory: Tensor, use_cache: bool, graphs: bool) -> bool:
