@@ -635,3 +635,14 @@ def test_a_bool_is_not_a_size(field):
 
     with pytest.raises(ConfigError, match=f"invalid {field}=True: use a positive integer"):
         wb.preset("tiny", **{field: True})
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"beam": True}, "beam size True is invalid"),
+    ({"max_extra": -5}, "max_extra=-5 is invalid"),
+    ({"max_extra": 2.5}, "max_extra=2.5 is invalid"),
+])
+def test_translate_refuses_bad_search_settings(kwargs, match):
+    model, tok, _ = wb.pretrained("small-de-en")
+    with pytest.raises(wb.DecodingError, match=match):
+        translate(model, tok, ["Ein Hund läuft."], **kwargs)

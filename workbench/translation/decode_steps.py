@@ -65,6 +65,9 @@ def length_penalty(length: Tensor, alpha: float) -> Tensor:
 
 def _step_limits(model: Seq2Seq, src: Tensor, max_extra: int, max_len: int | None) -> Tensor:
     """Per-sentence output budget: source length + ``max_extra``, capped by the positional table."""
+    if max_len is None and (not isinstance(max_extra, int) or isinstance(max_extra, bool) or max_extra < 0):
+        raise DecodingError(f"max_extra={max_extra!r} is invalid: use a whole number of tokens >= 0 allowed beyond "
+                            "the source length (the paper uses 50)")
     src_len = (src != model.pad_id).sum(-1)  # (B,)
     limits = src_len + max_extra if max_len is None else torch.full_like(src_len, max_len)
     cap = model.cfg.max_len - 1  # the bos token takes position 0
@@ -212,7 +215,7 @@ def _eval_mode(model: Seq2Seq) -> Iterator[None]:
 
 
 def _check_beam(beam: int, vocab_size: int | None = None) -> None:
-    if not isinstance(beam, int) or beam < 1:
+    if not isinstance(beam, int) or isinstance(beam, bool) or beam < 1:
         raise DecodingError(f"beam size {beam!r} is invalid: use an integer >= 1 (the paper uses 4; 1 is greedy)")
     if vocab_size is not None and beam > vocab_size:
         raise DecodingError(f"beam size {beam} is larger than the target vocabulary ({vocab_size} tokens): "
