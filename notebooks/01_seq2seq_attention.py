@@ -283,7 +283,7 @@ hyp = [i for i in out[0].tolist() if i != 0]
 tgt_in = torch.tensor([[tok.bos_id] + hyp[:-1]])
 with wb.capture_attention(models[True]) as cache:
     models[True](ids, tgt_in)
-w = cache["rnn_cross", 0][0, 0]
+w = cache["dec.cross", 0][0, 0]
 figures.attention_heatmap(w, [tok.id_to_token(i) for i in hyp], tok.tokens_src(src_text),
                           title="GRU dot-product attention (alignment)").show()
 assert torch.allclose(w.sum(-1), torch.ones(w.shape[0]), atol=1e-5)
@@ -299,7 +299,7 @@ metrics["alignment_rows_sum_to_one"] = True
 from workbench.inspect.inspection import inspect_translation
 gru, gru_tok, gru_card = wb.pretrained("gru-de-en")
 ins = inspect_translation(gru, gru_tok, "Ein kleines Mädchen spielt mit einem roten Ball im Park .")
-w_shipped = ins.weights("rnn_cross", 0)[0]                                  # (Tq, Tk): one attention function
+w_shipped = ins.weights("dec.cross", 0)[0]                                  # (Tq, Tk): one attention function
 figures.attention_heatmap(w_shipped, ins.out_tokens, ins.src_tokens,
                           title=f"gru-de-en: dot-product attention while translating → {ins.translation}").show()
 peak = float(w_shipped.max(-1).values.mean())

@@ -390,7 +390,7 @@ model = wb.build_model(cfg, 50, 50, pad_id=0).eval()
 src = torch.randint(4, 50, (BATCH, SRC_LEN), generator=gen); src[1, -3:] = 0   # sentence 2 has 3 padding tokens
 tgt = torch.randint(4, 50, (BATCH, TGT_LEN), generator=gen)
 layer = model.decoder_layers[0]
-with torch.no_grad(), wb.capture_attention(model, kinds=["cross"], layers=[0]) as cache:
+with torch.no_grad(), wb.capture_attention(model, kinds=["dec.cross"], layers=[0]) as cache:
     logits = model(src, tgt)
     memory = model.encode(src)                                                # (B, S, d_model)
     x = model.tgt_embed(tgt)                                                  # (B, T, d_model)
@@ -405,13 +405,13 @@ cross_w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(d_head)).masked_fil
 cross_out = (cross_w @ v).transpose(1, 2).reshape(BATCH, TGT_LEN, d_model) @ ca.out_proj.weight.detach().T + ca.out_proj.bias.detach()
 with torch.no_grad():
     wb_out, wb_w = ca(y, memory, mask=src_pad, need_weights=True)
-print("cross-attention weights:", tuple(cross_w.shape), "= (B, H, T, S); captured from the model:", tuple(cache["cross", 0].shape))
+print("cross-attention weights:", tuple(cross_w.shape), "= (B, H, T, S); captured from the model:", tuple(cache["dec.cross", 0].shape))
 figures.head_grid(cross_w[1], [f"y{t}" for t in range(TGT_LEN)], [f"x{s}" if src[1, s] else "<pad>" for s in range(SRC_LEN)],
                   title="cross-attention of sentence 2 (untrained model): target rows, source columns").show()
 assert cross_w.shape == (BATCH, n_heads, TGT_LEN, SRC_LEN)
 metrics.update(
     cross_max_diff_vs_module=float(max((cross_out - wb_out).abs().max(), (cross_w - wb_w).abs().max())),
-    cross_max_diff_vs_capture=float((cross_w - cache["cross", 0]).abs().max()),
+    cross_max_diff_vs_capture=float((cross_w - cache["dec.cross", 0]).abs().max()),
     cross_padding_weight_max=float(cross_w[1, ..., -3:].abs().max()),
     cross_shape=list(cross_w.shape),
 )

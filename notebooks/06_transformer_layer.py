@@ -200,7 +200,7 @@ result
 # Two stacks of `N_LAYERS` + `N_LAYERS` layers, identical except for the LayerNorm placement, get the same batch
 # and the same initial weights; one backward pass of the loss gives each layer's gradient norm. The residual
 # stream after each layer is read with the capture API (`capture_attention(model, resid=True)` records
-# `cache["resid_enc", layer]` and `cache["resid_dec", layer]`).
+# `cache["enc.resid", layer]` and `cache["dec.resid", layer]`).
 #
 # What to expect: in post-LN every layer ends in a LayerNorm, so every token leaves every layer with norm exactly
 # $\sqrt{d_\text{model}}$, and the gradient reaching a layer has passed through every LayerNorm above it; Xiong et
@@ -220,7 +220,7 @@ for name, norm_first in (("post-LN", False), ("pre-LN", True)):
     stacks = [("enc", m.encoder_layers), ("dec", m.decoder_layers)]
     grad_norms[name] = [float(torch.sqrt(sum((p.grad**2).sum() for p in layer.parameters()))) for _, st in stacks for layer in st]
     real = (probe.src != pad)[..., None], (probe.tgt_in != pad)[..., None]
-    resid_norms[name] = [float(cache[f"resid_{kind}", i].norm(dim=-1)[r[..., 0]].mean())
+    resid_norms[name] = [float(cache[f"{kind}.resid", i].norm(dim=-1)[r[..., 0]].mean())
                          for (kind, st), r in zip(stacks, real, strict=True) for i in range(len(st))]
 layer_names = [f"enc {i}" for i in range(N_LAYERS)] + [f"dec {i}" for i in range(N_LAYERS)]
 figures.line_figure(np.arange(2 * N_LAYERS), grad_norms, xlabel="layer (encoder 0.., then decoder 0..)",
@@ -477,7 +477,7 @@ trained = runs["post-LN, warm-up"]["model"].eval()
 vb = val_batches[0]
 with torch.no_grad(), wb.capture_attention(trained, kinds=[], resid=True) as cache:
     logits = trained(vb.src, vb.tgt_in)                                           # (B, T, V)
-h = cache["resid_dec", -1]                                                        # (B, T, d): post-LN stacks end in a LayerNorm
+h = cache["dec.resid", -1]                                                        # (B, T, d): post-LN stacks end in a LayerNorm
 by_hand = h @ trained.tgt_embed.tokens.weight.detach().T                          # (B, T, V)
 probs = torch.softmax(logits, dim=-1)
 t = 2

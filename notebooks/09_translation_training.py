@@ -273,7 +273,7 @@ metrics.update(paper_cost_base=paper_cost["base"], paper_cost_big=paper_cost["bi
 from workbench.inspect.inspection import inspect_translation
 align_model, align_tok = (model, tok) if CHECKPOINT else shipped["small-de-en"][:2]
 ins = inspect_translation(align_model, align_tok, sources[1], beam=4)
-figures.attention_heatmap(ins.weights("cross", -1).mean(0), ins.out_tokens, ins.src_tokens,
+figures.attention_heatmap(ins.weights("dec.cross", -1).mean(0), ins.out_tokens, ins.src_tokens,
                           title="cross-attention, last layer, mean of heads").show()
 
 # %% [markdown]

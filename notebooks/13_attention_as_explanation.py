@@ -96,8 +96,8 @@ t_prob = ibm1(load_multi30k("train", "de", "en", limit=n_align_pairs), iteration
 # %%
 ins = inspect_translation(model, tok, SENTENCE)
 print("translation:", ins.translation)
-n_layers = len(ins.cache.layers("cross"))
-cross = torch.stack([ins.weights("cross", layer) for layer in range(n_layers)])  # (L, H, T, S)
+n_layers = len(ins.cache.layers("dec.cross"))
+cross = torch.stack([ins.weights("dec.cross", layer) for layer in range(n_layers)])  # (L, H, T, S)
 figures.head_grid(cross, ins.out_tokens, ins.src_tokens, layer_labels=[f"cross L{layer}" for layer in range(n_layers)],
                   title="cross-attention: every decoder layer and head").show()
 
@@ -118,9 +118,9 @@ figures.head_grid(cross, ins.out_tokens, ins.src_tokens, layer_labels=[f"cross L
 
 # %%
 summary = attention_summaries(ins.cache)  # name -> (T, S), rows sum to 1
-flow = decoder_attention_flow([ins.weights("enc_self", layer) for layer in range(cfg.n_enc_layers)],
-                              [ins.weights("dec_self", layer) for layer in range(n_layers)],
-                              [ins.weights("cross", layer) for layer in range(n_layers)])  # (T, S) max-flow values
+flow = decoder_attention_flow([ins.weights("enc.self", layer) for layer in range(cfg.n_enc_layers)],
+                              [ins.weights("dec.self", layer) for layer in range(n_layers)],
+                              [ins.weights("dec.cross", layer) for layer in range(n_layers)])  # (T, S) max-flow values
 summary["flow"] = flow / flow.sum(-1, keepdim=True)
 tgt_in = [tok.bos_id, *ins.out_ids[:-1]]  # the decoder input: bos, then the translation shifted right
 attr = {m: attribute(model, ins.src_ids, tgt_in, targets=ins.out_ids, method=m, n_steps=4 * ig_steps) for m in METHODS}
@@ -319,7 +319,7 @@ figures.head_stat_figure(head_agree, [f"cross L{layer}" for layer in range(n_lay
                          "agreement of each cross-attention head with integrated gradients (mean Spearman ρ)").show()
 n_heads = head_agree.shape[1]
 flat = head_agree.flatten()
-ranked = [("cross", i // n_heads, i % n_heads) for i in torch.argsort(flat, descending=True, stable=True).tolist()
+ranked = [("dec.cross", i // n_heads, i % n_heads) for i in torch.argsort(flat, descending=True, stable=True).tolist()
           if np.isfinite(float(flat[i]))]
 most, least = ranked[:N_ABLATE], ranked[::-1][:N_ABLATE]
 matched = []  # per layer of the most agreeing set, as many of that layer's least agreeing heads (not in that set)
@@ -339,7 +339,7 @@ def reference_logprob(heads):
 
 
 gen = torch.Generator().manual_seed(SEED)
-all_heads = [("cross", layer, h) for layer in range(n_layers) for h in range(n_heads)]
+all_heads = [("dec.cross", layer, h) for layer in range(n_layers) for h in range(n_heads)]
 random_sets = [[all_heads[i] for i in torch.randperm(len(all_heads), generator=gen)[:N_ABLATE].tolist()] for _ in range(20)]
 full = reference_logprob([])
 drop = {"most agreeing": full - reference_logprob(most), "least agreeing": full - reference_logprob(least),

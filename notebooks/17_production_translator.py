@@ -168,7 +168,7 @@ stats = {}
 inspections = {}
 def entropy_table(m, inspections, kind, normalise):
     """(L, H) mean entropy of each head over the inspected sentences."""
-    n_layers = m.cfg.n_enc_layers if kind == "enc_self" else m.cfg.n_dec_layers
+    n_layers = m.cfg.n_enc_layers if kind == "enc.self" else m.cfg.n_dec_layers
     return torch.stack([torch.stack([head_entropy(ins.cache[kind, l], normalise=normalise) for ins in inspections])
                         .mean(0) for l in range(n_layers)])                                            # (L, H)
 
@@ -177,19 +177,19 @@ pieces = {}
 for label, m, t in (("small-de-en", small, small_tok), (name, prod, prod_tok)):
     inspections[label] = [inspect_translation(m, t, s) for s, _ in val]
     pieces[label] = float(np.mean([len(ins.src_tokens) for ins in inspections[label]]))
-    for kind in ("enc_self", "dec_self", "cross"):
+    for kind in ("enc.self", "dec.self", "dec.cross"):
         stats[label, kind] = entropy_table(m, inspections[label], kind, normalise=True)
         stats[label, kind, "nats"] = entropy_table(m, inspections[label], kind, normalise=False)
-    figures.head_stat_figure(stats[label, "cross"], [f"L{l}" for l in range(len(stats[label, "cross"]))],
+    figures.head_stat_figure(stats[label, "dec.cross"], [f"L{l}" for l in range(len(stats[label, "dec.cross"]))],
                              title=f"{label}: cross-attention entropy per head (0 = one key, 1 = uniform)").show()
     print(f"{label}: {pieces[label]:.1f} source pieces per sentence; normalised entropy " + ", ".join(
         f"{kind} {float(stats[label, kind].mean()):.3f} ({float(stats[label, kind, 'nats'].mean()):.2f} nats)"
-        for kind in ("enc_self", "dec_self", "cross")))
-metrics["mean_cross_entropy_normalised"] = {label: float(stats[label, "cross"].mean()) for label in ("small-de-en", name)}
-metrics["mean_cross_entropy_nats"] = {label: float(stats[label, "cross", "nats"].mean()) for label in ("small-de-en", name)}
+        for kind in ("enc.self", "dec.self", "dec.cross")))
+metrics["mean_cross_entropy_normalised"] = {label: float(stats[label, "dec.cross"].mean()) for label in ("small-de-en", name)}
+metrics["mean_cross_entropy_nats"] = {label: float(stats[label, "dec.cross", "nats"].mean()) for label in ("small-de-en", name)}
 metrics["source_pieces_per_sentence"] = pieces
 metrics["entropy_gap_same_model"] = max(float((stats["small-de-en", k] - stats[name, k]).abs().max())
-                                        for k in ("enc_self", "dec_self", "cross"))
+                                        for k in ("enc.self", "dec.self", "dec.cross"))
 
 # %% [markdown]
 # **Predict, then run.** The head that agrees best with the aligner on the first half of the sentences is then scored on the second half. Will it score `"higher"`, `"equal"` or `"lower"` than the best head's score measured on all sentences at once? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
@@ -225,7 +225,7 @@ for label, m in (("small-de-en", small), (name, prod)):
             continue
         for l in range(m.cfg.n_dec_layers):
             for h in range(m.cfg.n_heads):
-                pred = word_attention(ins.weights("cross", l)[h], qw, kw).argmax(-1).tolist()
+                pred = word_attention(ins.weights("dec.cross", l)[h], qw, kw).argmax(-1).tolist()
                 agree.setdefault((l, h), []).append((k, alignment_agreement(pred, ref[: len(pred)])))
     mean_on = lambda pairs, part: float(np.nanmean([a for k, a in pairs if (k < half) == (part == "choose")]))  # noqa: E731
     best = max(agree, key=lambda key: mean_on(agree[key], "choose"))
@@ -254,7 +254,7 @@ ex.predict("17.held_out", PREDICT_HELD_OUT, (lambda a, b: "equal" if abs(a - b) 
 # %%
 for label, m, t in (("small-de-en", small, small_tok), (name, prod, prod_tok)):
     ins = inspect_translation(m, t, SENTENCE)
-    w = ins.weights("cross", m.cfg.n_dec_layers - 1).mean(0)                                          # (Tq, Tk)
+    w = ins.weights("dec.cross", m.cfg.n_dec_layers - 1).mean(0)                                          # (Tq, Tk)
     print(f"{label}: {ins.translation}")
     figures.attention_heatmap(w, ins.out_tokens, ins.src_tokens, title=f"{label}: last-layer cross-attention").show()
 
