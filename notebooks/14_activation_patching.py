@@ -143,7 +143,7 @@ src_labels = [tok.id_to_token(i, side="src") for i in example.clean_src]
 tgt_labels = [tok.id_to_token(i) for i in example.tgt]
 maps = {family: sweep_positions(model, clean, corrupt, tgt, metric, family=family, prepared=pair,
                                 src_tokens=src_labels, tgt_tokens=tgt_labels)
-        for family in ("resid_enc", "memory", "resid_dec")}
+        for family in ("enc.resid", "dec.memory", "dec.resid")}
 for family, res in maps.items():
     patching_heatmap(res, title=f"{family}: clean → corrupted (denoising)").show()
 
@@ -153,9 +153,9 @@ for family, res in maps.items():
 # the one source position that scores highest in the last encoder layer.
 
 # %%
-best = int(maps["resid_enc"].values[-1].argmax())
+best = int(maps["enc.resid"].values[-1].argmax())
 print(f"best source position in the last encoder layer: {best} ({src_labels[best]}), "
-      f"score {float(maps['resid_enc'].values[-1, best]):.2f}")
+      f"score {float(maps['enc.resid'].values[-1, best]):.2f}")
 clean_cache = cache_activations(model, clean, tgt[0])
 plain = patched_greedy(model, corrupt, max_extra=10)
 patched_out = patched_greedy(model, corrupt, clean_cache, [Site(f"enc.{cfg.n_enc_layers - 1}.resid", pos=best)],
@@ -179,10 +179,10 @@ print("with that one clean state patched:", tok.decode_tgt(patched_out.tolist())
 PREDICT_NOISING_BREAKS: str | None = None  # yes or no
 
 # %%
-noised = sweep_positions(model, clean, corrupt, tgt, metric, family="resid_enc", direction="corrupted->clean",
+noised = sweep_positions(model, clean, corrupt, tgt, metric, family="enc.resid", direction="corrupted->clean",
                          prepared=pair, src_tokens=src_labels)
-patching_heatmap(noised, title="resid_enc: corrupted → clean (noising)").show()
-denoise_score, noise_score = float(maps["resid_enc"].values[-1, best]), float(noised.values[-1, best])
+patching_heatmap(noised, title="enc.resid: corrupted → clean (noising)").show()
+denoise_score, noise_score = float(maps["enc.resid"].values[-1, best]), float(noised.values[-1, best])
 print(f"last encoder layer at {src_labels[best]}: denoising restores {denoise_score:.2f}, "
       f"noising leaves {noise_score:.2f} of the clean logit difference")
 ex.predict("14.noising_breaks", PREDICT_NOISING_BREAKS, "yes" if noise_score < 0.5 else "no",
@@ -199,7 +199,7 @@ metrics["denoise_vs_noise"] = {"position": src_labels[best], "denoising": denois
 
 # %%
 noise = GaussianNoise(positions=tuple(example.edit), scale=3.0, seed=SEED)
-traced = sweep_positions(model, clean, noise, tgt[0], metric, family="resid_enc", src_tokens=src_labels)
+traced = sweep_positions(model, clean, noise, tgt[0], metric, family="enc.resid", src_tokens=src_labels)
 print(f"logit difference his - her: clean {traced.clean_metric:.2f}, noised {traced.corrupted_metric:.2f}")
 patching_heatmap(traced, title="causal tracing: one clean encoder state restored in the noised sentence").show()
 metrics["causal_tracing"] = {"clean": traced.clean_metric, "noised": traced.corrupted_metric,
@@ -210,7 +210,7 @@ metrics["causal_tracing"] = {"clean": traced.clean_metric, "noised": traced.corr
 # feminine sentence's translation with that one cell patched from the masculine run.
 
 # %%
-inspector = PatchingInspector(model, tok, poss.clean_text, poss.corrupt_text, family="resid_enc")
+inspector = PatchingInspector(model, tok, poss.clean_text, poss.corrupt_text, family="enc.resid")
 edit_pos = poss.edit[0]
 print(f"answer: {inspector.good} vs {inspector.bad}; the last encoder layer at {inspector.src_tokens[edit_pos]} "
       f"patched gives: {inspector.select(cfg.n_enc_layers, edit_pos)}")
@@ -221,7 +221,7 @@ inspector
 # the pronoun scores high on this pair; whether that holds beyond one pair is lesson 15's question.
 
 # %%
-for family in ("enc_self", "dec_self", "cross"):
+for family in ("enc.self", "dec.self", "dec.cross"):
     heads = sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=pair)
     patching_heatmap(heads, title=f"{family} heads: clean → corrupted").show()
 
@@ -237,13 +237,13 @@ metrics.update(ex.summary())  # every exercise's check and prediction, read back
 own = cache_activations(model, corrupt, tgt[1])
 with torch.no_grad(), patch(model, own, site_names(model)):
     same = model(corrupt, tgt[1])
-dec_noised = sweep_positions(model, clean, corrupt, tgt, metric, family="resid_dec", direction="corrupted->clean",
+dec_noised = sweep_positions(model, clean, corrupt, tgt, metric, family="dec.resid", direction="corrupted->clean",
                              prepared=pair)
 unedited = [i for i in range(len(example.clean_src)) if i not in example.edit]
 metrics.update(own_cache_max_difference=float((same - own.logits).abs().max()),
-               answer_row_denoised=float(maps["resid_dec"].values[-1, example.pos]),
+               answer_row_denoised=float(maps["dec.resid"].values[-1, example.pos]),
                answer_row_noised=float(dec_noised.values[-1, example.pos]),
-               embed_unedited_max=float(torch.cat([maps["resid_enc"].values[0, unedited],
+               embed_unedited_max=float(torch.cat([maps["enc.resid"].values[0, unedited],
                                                    noised.values[0, unedited] - 1]).abs().max()),
                seconds=time.perf_counter() - wall_start)
 json.dump(metrics, open("metrics.json", "w"), indent=1)
