@@ -43,7 +43,9 @@ from IPython.display import Markdown, display
 from workbench.viz import figures
 from workbench.viz import decoding_figures as dfig
 from workbench.translation.decode import beam_search, greedy_decode
-from workbench.translation.decode_trace import trace_beam, rerank, trace_greedy, kv_cache_bytes, cache_bytes
+from workbench.translation.decode_trace import trace_beam, rerank, kv_cache_bytes, cache_bytes
+from workbench.inspect.greedy_trace import trace_greedy
+from workbench.inspect.lens_paths import beam_tree_leads
 from workbench.lessons.flops import decode_step_macs
 from workbench.lessons.measure import counted_flops
 figures.setup_offline_renderer()
@@ -215,6 +217,9 @@ metrics.update(cache_bytes_match=held == formula, cache_bytes_final=held[-1], ma
 # no unfinished hypothesis can still beat the best finished one, and returns the finished hypothesis with the best
 # length-normalised score $\log P(Y) / lp(Y)$, $lp(Y) = ((5 + |Y|)/6)^\alpha$ (the paper's §6.1, from GNMT). Hover a
 # node for its whole hypothesis and scores; the red path is the winner, the dashed line where the search stops.
+# The hover also names the decoder layer from which the node's word leads: read through the model's own output
+# projection (the *logit lens* of lesson 18), from that layer on the word is the top choice. A word the beam kept
+# although it was not the model's top choice never leads.
 # No hypothesis may run past the paper's output budget, the input length + 50 tokens (§6.1): at that step only
 # `<eos>` is allowed.
 
@@ -235,13 +240,17 @@ def describe(alpha):
 
 ranking, line = describe(ALPHA)
 print(line)
-dfig.beam_tree_figure(trace, label, ranking, title=f"beam {BEAM} on this sentence, α = {ALPHA:g}").show()
+leads = beam_tree_leads(model, src[0], trace)  # node id -> the layer its word leads from (-1: never)
+dfig.beam_tree_figure(trace, label, ranking, title=f"beam {BEAM} on this sentence, α = {ALPHA:g}", leads=leads).show()
 want = beam_search(model, src, beam=BEAM, alpha=ALPHA, bos_id=tok.bos_id, eos_id=tok.eos_id)[0]
 traced_equals_beam_search = trace.hypothesis(ranking.winner) == [i for i in want.tolist() if i != model.pad_id]
 print("the traced winner is beam_search's output:", traced_equals_beam_search)
 print(f"output budget: {trace.limit} tokens = {S} source pieces + 50; the longest hypothesis considered has "
       f"{max(n.step for n in trace.nodes)} tokens")
 metrics.update(budget_is_input_plus_50=trace.limit == min(S + 50, cfg.max_len - 1))
+metrics.update(lens_leads_every_node=set(leads) == {n.id for n in trace.nodes[1:]}
+               and all(-1 <= v < cfg.n_dec_layers for v in leads.values()),
+               lens_never_leading_nodes=sum(v == -1 for v in leads.values()))
 metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=len(trace.nodes) - 1,
                beam_pruned=sum(n.status == "pruned" for n in trace.nodes), beam_finished=len(trace.finished()),
                winner_alpha=text(trace.hypothesis(ranking.winner)))
@@ -381,6 +390,9 @@ assert metrics["macs_saved_fraction"] > 0
 assert metrics["traced_equals_beam_search"] and all(metrics["rerank_agrees_at"].values())
 # the paper's output budget: input length + 50 (capped by the positional table)
 assert metrics["budget_is_input_plus_50"]
+# the lens names a layer (or "never") for every node, and some words the beam considered never lead: beam search
+# extends hypotheses with words that are not the model's top choice
+assert metrics["lens_leads_every_node"] and metrics["lens_never_leading_nodes"] > 0
 
 # %% [markdown]
 # ## Try it

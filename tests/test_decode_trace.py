@@ -8,15 +8,10 @@ import pytest
 import torch
 
 from workbench import DecodingError, InputTextError, RNNConfig, build_model, build_rnn, preset
+from workbench.inspect.greedy_trace import trace_greedy
 from workbench.lessons.measure import counted_flops
 from workbench.translation.decode import beam_search, greedy_decode
-from workbench.translation.decode_trace import (
-    cache_bytes,
-    kv_cache_bytes,
-    rerank,
-    trace_beam,
-    trace_greedy,
-)
+from workbench.translation.decode_trace import cache_bytes, kv_cache_bytes, rerank, trace_beam
 from workbench.translation.flops import decode_step_macs
 
 ALPHAS = (0.0, 0.3, 0.6, 1.0, 1.4, 2.0, 3.0)

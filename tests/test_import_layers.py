@@ -36,12 +36,7 @@ TOOLS = {
 }
 
 # upward imports that remain, each with its reason (file, imported module); shrink this, never grow it silently
-ALLOWED = {
-    # trace_greedy records the cross-attention row of each generated token for the one-sentence lesson: it opens the
-    # capture side door lazily, inside the function, so translation/ does not import inspect/ otherwise. Moving
-    # trace_greedy up into inspect/ waits for decode_trace.py and inspect/capture.py to be free of other edits
-    ("translation/decode_trace.py", "workbench.inspect.capture"),
-}
+ALLOWED: set[tuple[str, str]] = set()  # none remain (issue 47 item 3 took the last ones down)
 
 
 def _layer(module: str) -> tuple[str, float]:

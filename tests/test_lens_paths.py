@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from workbench.errors import PatchingError
+from workbench.inspect.greedy_trace import trace_greedy
 from workbench.inspect.lens import logit_lens
 from workbench.inspect.lens_paths import beam_tree_leads, leads_from, lens_steps
-from workbench.translation.decode_trace import trace_beam, trace_greedy
+from workbench.translation.decode_trace import trace_beam
 from workbench.translation.shipped import load_any
 
 SENTENCES = ["Ein Mann mit einem roten Hut fährt Fahrrad auf einer Straße.", "Zwei Hunde spielen im Schnee."]

@@ -55,7 +55,7 @@ def greedy_decode(model: Seq2Seq, src: Tensor, bos_id: int = 2, eos_id: int = 3,
         max_len: a fixed output budget instead (tokens, eos included).
         use_cache: reuse keys/values of earlier steps (same result, faster).
         on_step: called after every step as ``on_step(t, logits, token)`` with the step's next-token logits
-            (B, V) and the tokens emitted (B,) (what :func:`workbench.translation.decode_trace.trace_greedy` records).
+            (B, V) and the tokens emitted (B,) (what :func:`workbench.inspect.greedy_trace.trace_greedy` records).
         graphs: on CUDA, replay every step after the first as a captured CUDA graph
             (:class:`~workbench.translation.decode_graph.FixedStep`; a Transformer with the cache, no ``on_step``);
             ignored elsewhere.

@@ -21,11 +21,12 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.inspect.flow import rollout_from_cache
+from workbench.inspect.greedy_trace import trace_greedy
 from workbench.inspect.inspection import Inspection, inspect_translation
 from workbench.inspect.intervene import InterventionOutcome, ablate_heads, head_means, intervened_greedy
 from workbench.translation.batching import make_batch
 from workbench.translation.decode import DECODING, translate
-from workbench.translation.decode_trace import rerank, trace_beam, trace_greedy
+from workbench.translation.decode_trace import rerank, trace_beam
 from workbench.translation.metrics import corpus_bleu
 from workbench.viz import decoding_figures, figures
 
