@@ -60,6 +60,11 @@ import workbench as wb
 from workbench.inspect.contrastive import contrastive_attribution, patching_effects
 from workbench.inspect.das import das_examples, das_sweep
 from workbench.inspect.lens import decision_layer, decoder_states, kl_by_layer, logit_lens, text_batches, train_tuned_lens
+from workbench.inspect.greedy_trace import trace_greedy
+from workbench.inspect.lens_paths import beam_tree_leads, lens_steps as lens_along
+from workbench.translation.decode_trace import rerank, trace_beam
+from workbench.viz import decoding_figures as dfig
+from workbench.viz.decoding_widgets import LensStepView
 from workbench.inspect.sinks import CATEGORIES, sink_audit
 from workbench.lessons.pronoun_pairs import bootstrap_ci, build_pronoun_pairs
 from workbench.translation.data import load_multi30k
@@ -166,6 +171,31 @@ p_final = torch.softmax(lens1[:, 0].float(), -1).gather(-1, final_ids.expand(L, 
 figures.head_stat_figure(p_final.T, [tok.id_to_token(int(i)) for i in final_ids],
                          title="tuned lens: probability of the final word, by decoder layer").update_xaxes(
     title_text="decoder layer").show()
+
+# %% [markdown]
+# ### The lens through the beam tree
+# The same sentence searched with beam 4. Every node of the tree is a word some hypothesis proposed; hovering it
+# names the decoder layer from which, under the tuned lens, that word is the model's top choice. A beam keeps
+# some words that were never the model's top choice: they "never lead". Below the tree, the greedy decoding one
+# step at a time: choose a step (or click its column) to see where its word leads, what layer 0 read, and the
+# cross-attention head that looked hardest at one source piece while the word was chosen.
+
+# %%
+src1 = s1[:, : int((s1[0] != model.pad_id).sum())]  # (1, S): the sentence without padding
+trace = trace_beam(model, src1, beam=4, bos_id=tok.bos_id, eos_id=tok.eos_id)
+tree_leads = beam_tree_leads(model, src1[0], trace, lens=tuned)
+label = lambda i: tok.id_to_token(int(i), "tgt")  # noqa: E731
+dfig.beam_tree_figure(trace, label, rerank(trace, 0.6), leads=tree_leads,
+                      title="beam 4: the layer from which each proposed word leads (tuned lens; hover a node)").show()
+greedy = trace_greedy(model, src1, k=3, bos_id=tok.bos_id, eos_id=tok.eos_id)
+steps = lens_along(model, src1[0], greedy.tokens, bos_id=tok.bos_id, lens=tuned)
+src_pieces = [tok.id_to_token(int(i), "src") for i in src1[0]]
+deepest = max(range(len(steps.tokens)), key=lambda t: steps.leads[t])
+display(LensStepView(steps, label, src_pieces, step=deepest).widget)
+print(steps.describe(deepest, label, src_pieces))
+never = sum(v == -1 for v in tree_leads.values())
+print(f"{len(tree_leads)} proposed words in the tree; {never} never lead; the greedy words lead from layers {steps.leads}")
+metrics.update(tree_nodes=len(tree_leads), tree_never_lead=never, greedy_leads=steps.leads)
 
 # %% [markdown]
 # ## 2 · Attention sinks
@@ -309,4 +339,8 @@ assert metrics["sink_row_sum_error"] < 1e-6, "the four shares of a head must sum
 assert metrics["ig_completeness_error_max"] < 0.05, "integrated gradients must be complete within 5 %"
 assert all(0 <= r["iia"] <= 1 and 0 <= r["random"] <= 1 for r in metrics["das"])
 assert 0 <= median_depth <= L - 1
+# every greedy word is the model's top choice at the last layer, so it leads from some layer; the beam also
+# proposed words that never lead, and each node of the tree got a layer or "never"
+assert all(0 <= d <= L - 1 for d in metrics["greedy_leads"]) and metrics["tree_never_lead"] > 0
+assert metrics["tree_nodes"] == len(trace.nodes) - 1
 assert np.mean(metrics["kl_tuned_lens"][:-1]) < np.mean(metrics["kl_logit_lens"][:-1]), "the tuned lens must help"

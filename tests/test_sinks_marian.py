@@ -7,8 +7,8 @@ from __future__ import annotations
 import tempfile
 
 import pytest
-
 from conftest import require_module
+
 from workbench.inspect.sinks import CATEGORIES, sink_audit
 from workbench.translation.shipped import load_any
 
