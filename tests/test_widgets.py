@@ -146,12 +146,19 @@ def test_inspector_shows_generation_and_the_beam_tree(translator):
     forced = insp.inspection.weights("dec.cross", -1).mean(0).numpy()  # (T, S) teacher-forced
     np.testing.assert_allclose(drawn, forced, atol=1e-5)
     assert "beam" not in insp.generation_figures
+    # the lens along the same greedy decoding: one column per emitted word, a step's readout names its layer
+    view = insp.lens_view
+    assert view is not None and view.steps.tokens == greedy.tokens
+    view.step.value = len(greedy.tokens) - 1
+    assert "step" in view.readout.value and "head" in view.readout.value
     insp.search.value = 4
     beam, ranking = insp.generation_traces["beam"], insp.generation_traces["ranking"]
     assert ranking.winner == rerank(beam, 0.6).winner
     assert beam.hypothesis(ranking.winner) == insp.inspection.out_ids[: len(beam.hypothesis(ranking.winner))]
     names = {t.name for t in insp.generation_figures["beam"].data}
     assert "kept" in names and "winner at α = 0.6" in names
+    hover = " ".join(h for d in insp.generation_figures["beam"].data if d.hovertext for h in d.hovertext)
+    assert "lens: " in hover  # each node says the layer its word leads from (or never)
 
 
 def test_model_note_says_what_the_shipped_model_knows():

@@ -19,16 +19,18 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from workbench.errors import WorkbenchError
+from workbench.errors import PatchingError, WorkbenchError
 from workbench.inspect.flow import rollout_from_cache
 from workbench.inspect.greedy_trace import trace_greedy
 from workbench.inspect.inspection import Inspection, inspect_translation
 from workbench.inspect.intervene import InterventionOutcome, ablate_heads, head_means, intervened_greedy
+from workbench.inspect.lens_paths import beam_tree_leads, lens_steps
 from workbench.translation.batching import make_batch
 from workbench.translation.decode import DECODING, translate
 from workbench.translation.decode_trace import rerank, trace_beam
 from workbench.translation.metrics import corpus_bleu
 from workbench.viz import decoding_figures, figures
+from workbench.viz.decoding_widgets import LensStepView
 
 KIND_LABELS = {"encoder self-attention": "enc.self", "decoder self-attention": "dec.self", "cross-attention": "dec.cross"}
 # toggles as wide as their text (padding kept small), never shrunk by their row
@@ -84,7 +86,8 @@ class AttentionInspector:
         # teacher-forced pass), and with beam 4 the search's tree
         self.generation = W.Output()
         self.generation_box = W.Accordion(children=[self.generation], selected_index=None)
-        self.generation_box.set_title(0, "while decoding: each new token's cross-attention, and the beam tree")
+        self.generation_box.set_title(0, "while decoding: each new token's cross-attention, the layer it leads from, "
+                                           "and the beam tree")
         self.generation_traces: dict[str, Any] = {}
         self.single.data[0].on_click(self._on_click)
         self._drawn = {"single": False, "grid": False}  # placeholders until the first real figure
@@ -115,7 +118,9 @@ class AttentionInspector:
 
     def show_generation(self) -> None:
         """Decode the sentence again step by step and draw what the decoder saw while generating: the cross-attention
-        row of every new token (last layer, mean over heads) and, with beam search, the tree of the search."""
+        row of every new token (last layer, mean over heads), the logit lens along the greedy decoding (a step
+        chosen says from which decoder layer its word leads, beside the head that looked at its source) and, with
+        beam search, the tree of the search (its hover names the layer each proposed word leads from)."""
         ins, tok = self.inspection, self.tokenizer
         if ins is None:
             return
@@ -126,19 +131,28 @@ class AttentionInspector:
             greedy.cross[:, -1].mean(1), [label(i) for i in greedy.tokens], ins.src_tokens,
             title="greedy decoding: each generated token's cross-attention (last layer, mean over heads)")}
         self.generation_traces = {"greedy": greedy}
+        try:
+            steps = lens_steps(self.model, ins.src_ids, greedy.tokens, bos_id=tok.bos_id)
+            self.lens_view: LensStepView | None = LensStepView(steps, label, ins.src_tokens)
+        except PatchingError:  # a model without decoder layers (the recurrent baseline) has no lens
+            self.lens_view = None
         if self.search.value > 1:
             beam = trace_beam(self.model, src, beam=self.search.value, bos_id=tok.bos_id, eos_id=tok.eos_id)
             ranking = rerank(beam, self.alpha)
+            leads = beam_tree_leads(self.model, ins.src_ids, beam) if self.lens_view is not None else None
             self.generation_traces.update(beam=beam, ranking=ranking)
-            figs["beam"] = decoding_figures.beam_tree_figure(beam, label, ranking,
+            figs["beam"] = decoding_figures.beam_tree_figure(beam, label, ranking, leads=leads,
                                                              title=f"beam {self.search.value}, α = {self.alpha:g}")
         self.generation_figures = figs
         self.generation.clear_output()
         with self.generation:
             from IPython.display import display
 
-            for fig in figs.values():
-                display(fig)
+            display(figs["greedy"])
+            if self.lens_view is not None:
+                display(self.lens_view.widget)
+            if "beam" in figs:
+                display(figs["beam"])
 
     def _on_kind(self, _: Any) -> None:
         kind = self.kind.value
