@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -290,3 +290,51 @@ def _probe_batch(device: str, dtype: torch.dtype, threads: int, width: int, rows
 def _random_rows(device: str, width: int, rows: int) -> tuple[Tensor, Tensor]:
     g = torch.Generator().manual_seed(width)
     return torch.randn(rows, width, generator=g).to(device), torch.randn(width, width, generator=g).to(device)
+
+
+def drops_rows(device: torch.device) -> bool:
+    """Whether the searches drop stopped sentences from the batch on ``device``: on the CPU, where fewer rows are
+    less work (and where :func:`rows_round_alike` finds it changes no score). An accelerator keeps the batch's shape:
+    the rows cost it little, and a fixed shape asks the host nothing more than whether to stop."""
+    return device.type == "cpu"
+
+
+def decode_token_budget(device: str | torch.device, model: Seq2Seq | None = None, beam: int = DECODING.beam,
+                        memory_bytes: int | None = None) -> int | None:
+    """The token budget of a decoding batch on ``device`` (source tokens times beam, padding included), or None for
+    batches of a fixed number of sentences (the CPU's: a CPU gains nothing from wider batches).
+
+    On CUDA a decoding step is launch-bound at the CPU's batch of 64 sentences: a batch as wide as memory allows
+    spends the same launches on many more sentences. The budget keeps what one batch holds (the decoder's key/value
+    caches over source and output, the step's logits in fp32) within an eighth of the device's memory, and at most
+    2^18 tokens. ``memory_bytes`` stands in for the device's total memory (tests).
+    """
+    device = torch.device(device)
+    if device.type != "cuda" and memory_bytes is None:
+        return None
+    total = memory_bytes if memory_bytes is not None else torch.cuda.get_device_properties(device).total_memory
+    cfg = getattr(model, "cfg", None)
+    d_model, layers = getattr(cfg, "d_model", 512), getattr(cfg, "n_dec_layers", 6)
+    vocab = getattr(model, "tgt_vocab_size", 32000) or 32000
+    # per source token and beam: the cross-attention keys and values (2 * d_model a layer), a self-attention cache
+    # of the output budget (about twice the source: 2 * 2 * d_model a layer), the memory itself, and a share of the
+    # (rows, V) fp32 logits (a row per sentence and beam; sentences average about 12 tokens on Multi30k)
+    per_token = 4 * (layers * 6 * d_model + d_model + vocab // 12)
+    return int(max(4096, min(1 << 18, total // 8 // per_token)))
+
+
+def token_budget_batches(lengths: Sequence[int], max_tokens: int, beam: int, items: Sequence[int]) -> list[list[int]]:
+    """Cut ``items`` (sorted by their ``lengths``, ascending) into consecutive batches whose padded size,
+    ``rows * longest * beam``, stays within ``max_tokens`` (a batch holds at least one item)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for item, n in zip(items, lengths, strict=True):
+        if current and (len(current) + 1) * max(longest, n) * beam > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(item)
+        longest = max(longest, n)
+    if current:
+        batches.append(current)
+    return batches

@@ -1,9 +1,14 @@
 """What training minimises and how fast it steps (paper section 5.3 and 5.4): the warm-up schedule of the learning
 rate (:func:`rate`, Eq. 3) and the label-smoothed cross-entropy over real targets (:func:`label_smoothed_loss`, and
-:func:`step_loss`, the form :func:`workbench.translation.train.fit` computes without work on padding)."""
+:func:`step_loss`, the form :func:`workbench.translation.train.fit` computes without work on padding), and how a
+model is scored on held-out batches (:func:`evaluate`: loss, perplexity, accuracy, entropy)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -78,3 +83,25 @@ def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: 
         return projected_label_smoothed_cross_entropy(hidden, model.generator.weight, targets, eps), targets.shape[0]
     logits, targets = real_target_logits(net, model, batch, pad_id)  # (N, V), (N,)
     return label_smoothed_cross_entropy(logits.float(), targets, eps), targets.shape[0]
+
+
+def evaluate(model: nn.Module, batches: Sequence[Batch], pad_id: int, device: torch.device | None = None) -> dict[str, float]:
+    """Mean cross-entropy per target token, perplexity, token accuracy (no label smoothing) and the mean entropy of
+    the predicted next-token distributions (nats; how unsure the model is, whatever the right token)."""
+    was_training = model.training
+    model.eval()
+    device = device or next(model.parameters()).device
+    total, n, correct, entropy = 0.0, 0, 0, 0.0
+    for b in batches:
+        b = b.to(device)
+        logits, targets = real_target_logits(model, model, b, pad_id)  # (N, V), (N,)
+        logits = logits.float()  # bf16 under autocast: the loss in fp32 (and torch's CPU argmax is slow on bf16)
+        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
+        total += float(F.nll_loss(logp, targets, reduction="sum"))
+        entropy += float(-(logp.exp() * logp).sum())
+        n += targets.shape[0]
+        correct += int((logits.argmax(-1) == targets).sum())
+    model.train(was_training)
+    mean = total / max(n, 1)
+    return {"loss": mean, "ppl": math.exp(min(mean, 50.0)), "accuracy": correct / max(n, 1),
+            "entropy": entropy / max(n, 1)}

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workbench.errors import TrainingError
@@ -26,7 +25,7 @@ from workbench.runtime import Precision, adam, autocast, choose_precision, resol
 from workbench.translation.batching import Batch, make_batch, token_batches
 from workbench.translation.flops import model_train_flops, peak_flops
 from workbench.translation.kernels import use_kernels
-from workbench.translation.objective import rate, real_target_logits, step_loss
+from workbench.translation.objective import evaluate, rate, real_target_logits, step_loss
 from workbench.translation.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -62,28 +61,6 @@ class History:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Sequence[Batch], pad_id: int, device: torch.device | None = None) -> dict[str, float]:
-    """Mean cross-entropy per target token, perplexity, token accuracy (no label smoothing) and the mean entropy of
-    the predicted next-token distributions (nats; how unsure the model is, whatever the right token)."""
-    was_training = model.training
-    model.eval()
-    device = device or next(model.parameters()).device
-    total, n, correct, entropy = 0.0, 0, 0, 0.0
-    for b in batches:
-        b = b.to(device)
-        logits, targets = real_target_logits(model, model, b, pad_id)  # (N, V), (N,)
-        logits = logits.float()  # bf16 under autocast: the loss in fp32 (and torch's CPU argmax is slow on bf16)
-        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
-        total += float(F.nll_loss(logp, targets, reduction="sum"))
-        entropy += float(-(logp.exp() * logp).sum())
-        n += targets.shape[0]
-        correct += int((logits.argmax(-1) == targets).sum())
-    model.train(was_training)
-    mean = total / max(n, 1)
-    return {"loss": mean, "ppl": math.exp(min(mean, 50.0)), "accuracy": correct / max(n, 1),
-            "entropy": entropy / max(n, 1)}
-
-
 def _encode(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_len: int) -> tuple[list[list[int]], list[list[int]]]:
     src = tokenizer.encode_src([p[0] for p in pairs])
     tgt = tokenizer.encode_tgt([p[1] for p in pairs])
