@@ -641,8 +641,21 @@ def test_a_bool_is_not_a_size(field):
     ({"beam": True}, "beam size True is invalid"),
     ({"max_extra": -5}, "max_extra=-5 is invalid"),
     ({"max_extra": 2.5}, "max_extra=2.5 is invalid"),
+    ({"alpha": float("nan")}, "alpha=nan is invalid"),
+    ({"alpha": -1.0}, "alpha=-1.0 is invalid"),
 ])
 def test_translate_refuses_bad_search_settings(kwargs, match):
     model, tok, _ = wb.pretrained("small-de-en")
     with pytest.raises(wb.DecodingError, match=match):
         translate(model, tok, ["Ein Hund läuft."], **kwargs)
+
+
+def test_translate_refuses_what_is_not_text_or_swapped_arguments():
+    from workbench.errors import InputTextError
+
+    model, tok, _ = wb.pretrained("small-de-en")
+    with pytest.raises(InputTextError, match="sentence 1 is a NoneType, not a string"):
+        translate(model, tok, ["Ein Hund.", None])
+    with pytest.raises(InputTextError, match="pass the model first, then its tokenizer"):
+        translate(tok, model, ["Ein Hund."])
+    assert translate(model, tok, ["", "   "]) == ["", ""]  # empty text stays allowed

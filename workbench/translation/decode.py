@@ -31,6 +31,7 @@ from workbench.translation.decode_steps import (  # noqa: F401 (DecodeConfig, Se
     Seq2Seq,
     _check_beam,
     _check_src,
+    _check_translate_args,
     _eval_mode,
     _step_limits,
     _Stepper,
@@ -453,9 +454,7 @@ def translate(
             decoding on the first batch's first sentences for a few steps, measures it faster), or a resolved
             :class:`~workbench.runtime.Precision`.
     """
-    if isinstance(sentences, str):
-        raise InputTextError("translate() takes a list of sentences, got one string: wrap it in a list")
-    _check_beam(beam)
+    _check_translate_args(model, tokenizer, sentences, beam, alpha)
     device = _model_device(model, device)
     results = [""] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s is not None and s.strip()]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -220,6 +221,25 @@ def _check_beam(beam: int, vocab_size: int | None = None) -> None:
     if vocab_size is not None and beam > vocab_size:
         raise DecodingError(f"beam size {beam} is larger than the target vocabulary ({vocab_size} tokens): "
                             f"use beam <= {vocab_size}")
+
+
+def _check_translate_args(model: Any, tokenizer: Any, sentences: Any, beam: Any, alpha: Any) -> None:
+    """What :func:`~workbench.translation.decode.translate` refuses, each in one line."""
+    if isinstance(sentences, str):
+        raise InputTextError("translate() takes a list of sentences, got one string: wrap it in a list")
+    if not isinstance(model, nn.Module) or not hasattr(tokenizer, "encode_src"):
+        raise InputTextError(f"translate(model, tokenizer, sentences) got a {type(model).__name__} and a "
+                             f"{type(tokenizer).__name__}: pass the model first, then its tokenizer "
+                             "(as wb.pretrained returns them)")
+    not_text = [i for i, s in enumerate(sentences) if not isinstance(s, str)]
+    if not_text:
+        i = not_text[0]
+        raise InputTextError(f"sentence {i} is a {type(sentences[i]).__name__}, not a string ({len(not_text)} such "
+                             "entries): pass text only (an empty string translates to an empty string)")
+    _check_beam(beam)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:
+        raise DecodingError(f"alpha={alpha!r} is invalid: use a finite number >= 0 (the paper uses 0.6; 0 ranks by "
+                            "log-probability alone)")
 
 
 def _check_src(model: Seq2Seq, src: Tensor) -> None:

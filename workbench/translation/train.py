@@ -25,7 +25,7 @@ from workbench.runtime import Precision, adam, autocast, choose_precision, resol
 from workbench.translation.batching import Batch, make_batch, token_batches
 from workbench.translation.flops import model_train_flops, peak_flops
 from workbench.translation.kernels import use_kernels
-from workbench.translation.objective import evaluate, rate, real_target_logits, step_loss
+from workbench.translation.objective import evaluate, rate, step_loss
 from workbench.translation.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
