@@ -85,6 +85,7 @@ def step_loss(net: nn.Module, model: nn.Module, batch: Batch, pad_id: int, eps: 
     return label_smoothed_cross_entropy(logits.float(), targets, eps), targets.shape[0]
 
 
+@torch.no_grad()
 def evaluate(model: nn.Module, batches: Sequence[Batch], pad_id: int, device: torch.device | None = None) -> dict[str, float]:
     """Mean cross-entropy per target token, perplexity, token accuracy (no label smoothing) and the mean entropy of
     the predicted next-token distributions (nats; how unsure the model is, whatever the right token)."""

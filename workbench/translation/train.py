@@ -60,7 +60,6 @@ class History:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
-@torch.no_grad()
 def _encode(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_len: int) -> tuple[list[list[int]], list[list[int]]]:
     src = tokenizer.encode_src([p[0] for p in pairs])
     tgt = tokenizer.encode_tgt([p[1] for p in pairs])
