@@ -5,6 +5,7 @@ the package's answer to that exercise is unavailable from before the student's c
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -70,14 +71,46 @@ def to_heads(x, n_heads):
 """
 
 
+# a child observing to_heads can reach merge_heads' answer: it writes that exercise's observation itself (for every
+# file name the worker might use), and the child observing merge_heads leaves at once, at definition time
+FORGE_ANOTHER_EXERCISE = """
+import os as _os
+import pathlib as _pl
+
+def to_heads(x, n_heads):
+    import torch
+    import workbench.lessons.exercises as E
+    if not _pl.Path("forged.flag").exists():
+        _pl.Path("forged.flag").write_text("1")
+        forged = E.observe("03.merge_heads", E.get("03.merge_heads").reference, own_work=False)
+        for name in ("obs-1.pt", "child-1.pt"):
+            torch.save(forged, name)
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+
+class _Leave:
+    if _pl.Path("forged.flag").exists() and _pl.Path("obs-1.pt").exists():
+        _os._exit(0)
+"""
+
+
 def _grade(tmp_path, *cells: str) -> dict[str, str]:
     job = {"mode": "checks", "seed": 0, "time_limit": 10.0, "exercises": ["03.split_heads", "03.merge_heads"],
            "statements": [{"where": f"cell {i}", "code": textwrap.dedent(c)} for i, c in enumerate(cells)]}
     (tmp_path / "job.json").write_text(json.dumps(job))
-    run_checks(job, tmp_path)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # the sandbox runs the worker in the job's folder
+    try:
+        run_checks(job, tmp_path)
+    finally:
+        os.chdir(cwd)
     out = {}
     for k, exercise_id in enumerate(job["exercises"]):
-        observation = torch.load(tmp_path / f"obs-{k}.pt", weights_only=True)
+        path = tmp_path / f"obs-{k}.pt"
+        if not path.exists():
+            out[exercise_id] = "missing"
+            continue
+        observation = torch.load(path, weights_only=True)
         out[exercise_id] = ex.judge(exercise_id, observation).status  # the grader's own judgement
     return out
 
@@ -87,8 +120,10 @@ def test_an_honest_submission_is_graded_as_before(tmp_path):
     assert _grade(tmp_path, HONEST_TO_HEADS, solved_merge) == {"03.split_heads": "passed", "03.merge_heads": "passed"}
 
 
-@pytest.mark.parametrize("forgery", [FORGE_OBSERVE_FROM_A_CALL, FORGE_OBSERVE_AT_DEFINITION, FORGE_PLAIN],
-                         ids=["observe patched by a call", "observe patched at definition", "recorder internals"])
+@pytest.mark.parametrize("forgery", [FORGE_OBSERVE_FROM_A_CALL, FORGE_OBSERVE_AT_DEFINITION, FORGE_PLAIN,
+                                     FORGE_ANOTHER_EXERCISE],
+                         ids=["observe patched by a call", "observe patched at definition", "recorder internals",
+                              "another exercise's file"])
 def test_a_forged_observation_does_not_pass(tmp_path, forgery):
     cells = [forgery, UNSOLVED_MERGE] if "def to_heads" in forgery else [forgery, HONEST_TO_HEADS, UNSOLVED_MERGE]
     grades = _grade(tmp_path, *cells)

@@ -5,9 +5,9 @@
 * ``"mode": "checks"``: for each exercise, a child process of its own (forked before any student code runs)
   makes the package's answer to that exercise unavailable for its whole life, executes the student's extracted
   definitions (imports, functions, classes, literal constants; nothing else) statement by statement in a fresh
-  namespace, calls :func:`workbench.lessons.exercises.observe` on the exercise's function and saves what it
-  observed (``obs-K.pt``, plain data for ``torch.load(weights_only=True)``), plus ``exec.json`` (the statements
-  that raised, for the hints);
+  namespace, calls :func:`workbench.lessons.exercises.observe` on the exercise's function and hands what it
+  observed (plain data for ``torch.load(weights_only=True)``) to the worker, which writes every exercise's
+  ``obs-K.pt`` after the last child has ended, plus ``exec.json`` (the statements that raised, for the hints);
 * ``"mode": "notebook"``: runs the student's notebook with papermill and saves ``run.json`` (status, error,
   seconds), so the gradebook can say whether it runs.
 
@@ -48,9 +48,11 @@ def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
     from workbench.lessons import exercises as ex
 
     failed: list[str] = []
+    observations: dict[int, Any] = {}
     if not job["exercises"]:
         (folder / "exec.json").write_text("[]")
     for k, exercise_id in enumerate(job["exercises"]):
+        (folder / f"child-{k}.pt").unlink(missing_ok=True)  # only what child k itself writes counts
         child = os.fork()
         if child == 0:  # the child: observe one exercise, write obs-K.pt, never return
             code = 1
@@ -63,14 +65,21 @@ def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
                 sys.stderr.flush()
                 os._exit(code)
         os.waitpid(child, 0)
-        path = folder / f"obs-{k}.pt"
         try:
-            observation = torch.load(path, weights_only=True)
+            observation = torch.load(folder / f"child-{k}.pt", weights_only=True)
+            observations[k] = observation
             passed = ex.judge(exercise_id, observation).status == ex.PASSED
         except Exception:  # noqa: BLE001 (no file, or not this exercise's: the grader says so; here it only failed)
             passed = False
         if not passed:
             failed.append(exercise_id)
+    # the observations leave this process only now, after the last child: a child cannot write (or overwrite) the
+    # observation of another exercise, whose answer it could reach
+    for stray in [*folder.glob("obs-*.pt"), *folder.glob("child-*.pt")]:
+        stray.unlink(missing_ok=True)
+    for k, observation in observations.items():
+        torch.save(observation, folder / f"obs-{k}.tmp")
+        os.replace(folder / f"obs-{k}.tmp", folder / f"obs-{k}.pt")
 
 
 def _observe_one(job: dict[str, Any], folder: Path, k: int, exercise_id: str, failed: list[str]) -> None:
@@ -103,8 +112,8 @@ def _observe_one(job: dict[str, Any], folder: Path, k: int, exercise_id: str, fa
                                  time_limit=job["time_limit"])
         if os.getpid() != pid:  # a child forked by the student's function: it writes nothing
             os._exit(0)
-        torch.save(observation, folder / f"obs-{k}.tmp")
-        os.replace(folder / f"obs-{k}.tmp", folder / f"obs-{k}.pt")
+        torch.save(observation, folder / f"child-{k}.tmp")
+        os.replace(folder / f"child-{k}.tmp", folder / f"child-{k}.pt")
 
 
 def run_notebook(job: dict[str, Any], folder: Path) -> None:
