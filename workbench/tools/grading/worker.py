@@ -6,8 +6,9 @@
   makes the package's answer to that exercise unavailable for its whole life, executes the student's extracted
   definitions (imports, functions, classes, literal constants; nothing else) statement by statement in a fresh
   namespace, calls :func:`workbench.lessons.exercises.observe` on the exercise's function and hands what it
-  observed (plain data for ``torch.load(weights_only=True)``) to the worker, which writes every exercise's
-  ``obs-K.pt`` after the last child has ended, plus ``exec.json`` (the statements that raised, for the hints);
+  observed (plain data for ``torch.load(weights_only=True)``) to the worker, which writes ``obs-K.pt`` from its own
+  copy as each exercise ends (and writes over whatever a child wrote under such names), plus ``exec.json`` (the
+  statements that raised, for the hints);
 * ``"mode": "notebook"``: runs the student's notebook with papermill and saves ``run.json`` (status, error,
   seconds), so the gradebook can say whether it runs.
 
@@ -52,7 +53,7 @@ def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
     if not job["exercises"]:
         (folder / "exec.json").write_text("[]")
     for k, exercise_id in enumerate(job["exercises"]):
-        (folder / f"child-{k}.pt").unlink(missing_ok=True)  # only what child k itself writes counts
+        _publish(folder, observations, torch)  # only this process's copies stand, before each child and after the last
         child = os.fork()
         if child == 0:  # the child: observe one exercise, write obs-K.pt, never return
             code = 1
@@ -73,10 +74,18 @@ def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
             passed = False
         if not passed:
             failed.append(exercise_id)
-    # the observations leave this process only now, after the last child: a child cannot write (or overwrite) the
-    # observation of another exercise, whose answer it could reach
-    for stray in [*folder.glob("obs-*.pt"), *folder.glob("child-*.pt")]:
-        stray.unlink(missing_ok=True)
+        _publish(folder, observations, torch)  # obs-K.pt appears as each exercise ends: the grader watches for it
+    _publish(folder, observations, torch)
+
+
+def _publish(folder: Path, observations: dict[int, Any], torch: Any) -> None:
+    """Make the folder hold exactly this process's observations as ``obs-K.pt``: whatever a child wrote under those
+    names (it can reach the answers of other exercises than its own, and could write their files) is removed or
+    written over with the copy this process read from the child that observed that exercise."""
+    ours = {f"obs-{k}.pt" for k in observations}
+    for stray in [*folder.glob("obs-*"), *folder.glob("child-*")]:
+        if stray.name not in ours:
+            stray.unlink(missing_ok=True)
     for k, observation in observations.items():
         torch.save(observation, folder / f"obs-{k}.tmp")
         os.replace(folder / f"obs-{k}.tmp", folder / f"obs-{k}.pt")
