@@ -73,6 +73,7 @@ from typing import Any
 
 from torch import nn
 
+from workbench._version import OLD_SITE_NAMES_REMOVED_IN as REMOVED_IN  # the release that drops the old spellings
 from workbench.errors import SiteNameError
 
 __all__ = [
@@ -80,7 +81,6 @@ __all__ = [
     "expand_site", "kind_key", "kind_name", "model_sites", "site_kind", "site_name", "split_site",
 ]
 
-REMOVED_IN = "0.2.0"  # the release that drops the old spellings (this one, 0.1.x, accepts them with a warning)
 __doc__ = __doc__.replace("|REMOVED_IN|", REMOVED_IN)
 
 FIELDS = ("q", "k", "v", "scores", "pattern", "z")
@@ -96,7 +96,7 @@ OLD_KINDS = {
 }
 
 _SITE = re.compile(r"(enc|dec)\.(?:(embed)|(\d+)\.(resid|memory)|(\d+)\.(self|cross)\.(q|k|v|scores|pattern|z))")
-_FIELD_RE = "(q|k|v|scores|pattern|z)"
+_FIELD_RE = "(" + "|".join(FIELDS) + ")"
 # module path (any prefix, e.g. torch.compile's ``_orig_mod.`` or DDP's ``module.``) -> site template
 _MODULE_PATHS = (
     (re.compile(r"(?:.+\.)?src_embed"), "enc.embed"),
