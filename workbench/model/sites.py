@@ -73,7 +73,9 @@ from typing import Any
 
 from torch import nn
 
-from workbench._version import OLD_SITE_NAMES_REMOVED_IN as REMOVED_IN  # the release that drops the old spellings
+from workbench._version import (
+    OLD_SITE_NAMES_REMOVED_IN as REMOVED_IN,  # the release that drops the old spellings
+)
 from workbench.errors import SiteNameError
 
 __all__ = [
