@@ -45,6 +45,7 @@ import json
 import time
 
 import numpy as np
+import torch
 from IPython.display import Markdown, display
 import workbench as wb
 from workbench.lessons import pronoun_study as ps
@@ -154,6 +155,38 @@ for groups, what in ((ps.GENDER_GROUPS, "gender"), (ps.NUMBER_GROUPS, "singular/
 # says that patching there suffices to restore the answer, beyond what the controls restore, not that the model
 # routes the gender through it. The sentences below are written by the run from its own numbers.
 
+# %% [markdown]
+# ### Exercise 15.corrected_interval · `corrected_interval`
+#
+# Write the interval every cell below is judged by. `scores` holds one score per pair (a row) and per layer (a
+# column); `resamples` holds R bootstrap resamples, each a row of N pair indices drawn with replacement. The bootstrap
+# mean of resample r is the mean over pairs of the rows `scores[resamples[r]]`. With `m` cells tested at once and a
+# family-wise error `alpha`, Bonferroni tests each cell at level $1 - \alpha/m$: the interval runs from the
+# $\alpha/(2m)$ quantile to the $1 - \alpha/(2m)$ quantile of the R bootstrap means (linear interpolation, the
+# default of `torch.quantile`). Return the mean over pairs and the two ends, in the dtype of `scores`, and leave the
+# inputs as they are.
+#
+# Shapes: `scores` (N, L), `resamples` (R, N) long, `m` an int → three tensors (L,).
+
+# %% tags=["exercise", "hide-input"]
+def corrected_interval(scores, resamples, m, alpha=0.05):
+    """The mean over pairs and its Bonferroni-corrected percentile bootstrap interval: (mean, low, high)."""
+    # BEGIN SOLUTION NO PROMPT
+    means = scores[resamples].mean(dim=1)  # (R, L): one bootstrap mean per resample and layer
+    tail = alpha / (2 * m)  # alpha / m left outside the interval, half in each tail
+    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=means.dtype), dim=0)
+    return scores.mean(dim=0), low, high
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write corrected_interval, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("15.corrected_interval", corrected_interval)
+corrected_interval = result.function  # yours if it passed, else the reference
+result
+
 # %%
 found = ps.findings(collected, LAYERS, MIN_EFFECT, n_resamples=N_BOOTSTRAP, seed=SEED)  # Bonferroni over the cells
 findings = found["cells"]
@@ -171,13 +204,28 @@ metrics.update(n_cells_tested=found["tested"], corrected_level=found["level"], s
 metrics["summary"] = [{"family": k[0], "layer": k[1], "donor": k[2], "group": k[3], **v} for k, v in summary.items()]
 
 # %% [markdown]
+# Your interval, on the strongest encoder cell of the table: its scores over pairs, the same resamples the package
+# drew (from `SEED`), and the number of cells tested. It must give the package's interval to the last digit.
+
+# %%
+top = max((f for f in findings if f["family"] == "enc.resid"), key=lambda f: f["mean"])
+rows = np.stack(collected[(top["family"], "clean", top["group"])]).astype(np.float64)  # (N, layers): a row per pair
+idx = np.random.default_rng(SEED).integers(0, len(rows), size=(found["n_resamples"], len(rows)))  # (R, N)
+mine = corrected_interval(torch.from_numpy(rows), torch.from_numpy(idx), found["tested"], 0.05)
+at = LAYERS[top["family"]].index(top["layer"])
+own_low, own_high = float(mine[1][at]), float(mine[2][at])
+print(f"encoder {top['layer']}, {top['group']} positions, over {len(rows)} pairs: yours [{own_low:.4f}, {own_high:.4f}], "
+      f"the package's [{top['low']:.4f}, {top['high']:.4f}] (level {found['level']:.4f}, {found['n_resamples']} resamples)")
+metrics["own_interval_error"] = max(abs(own_low - top["low"]), abs(own_high - top["high"]))
+
+# %% [markdown]
 # Read the unrelated-sentence control closely. Putting a genderless word's state where *ihrem* was does not add
 # anything masculine, yet it can move the answer a long way towards *his*: it removes the feminine cue, and what
 # the model writes without a cue is its default. The distance between the clean patch and that control is what the
 # masculine word adds beyond removing the feminine one.
 
 # %%
-(family, layer, _, group), clean_s = ps.best_cell(summary, "resid_enc", ("possessive", "subject"))
+(family, layer, _, group), clean_s = ps.best_cell(summary, "enc.resid", ("possessive", "subject"))
 ctrl_s = summary[(family, layer, "unrelated", group)]
 rand_s = summary[(family, layer, "clean", "random")]
 for name, s_ in (("clean sentence", clean_s), ("unrelated sentence", ctrl_s), ("clean, random position", rand_s)):
@@ -187,7 +235,6 @@ metrics["best_encoder_vs_controls"] = {"layer": layer, "group": group, "clean": 
                                        "random": rand_s}
 
 # %%
-from workbench.lessons import exercises as ex
 ex.predict("15.best_layer", PREDICT_BEST_LAYER, layer,
            "The gender is in the source words themselves: patched at the embeddings they can already restore much of it; deeper layers add what attention has gathered from the rest of the sentence, and the unrelated-sentence control shows how much of any of it is just removing the feminine cue.")
 
@@ -255,12 +302,12 @@ metrics["path"] = path
 
 # %%
 metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
-last = summary[("resid_dec", f"dec {cfg.n_dec_layers - 1}", "clean", "pronoun row")]
-last_number = summary[("resid_dec", f"dec {cfg.n_dec_layers - 1}", "clean", "number·answer row")]
+last = summary[("dec.resid", f"dec {cfg.n_dec_layers - 1}", "clean", "pronoun row")]
+last_number = summary[("dec.resid", f"dec {cfg.n_dec_layers - 1}", "clean", "number·answer row")]
 metrics["last_decoder_layer_pronoun_row"] = last
 metrics["number"] = {"pairs": kinds["number"], "last_decoder_layer_answer_row": last_number,
                      "findings": [f for f in metrics["findings"] if f["group"].startswith("number·")]}
-(_, best_layer, _, best_group), best_s = ps.best_cell(summary, "resid_enc", ("possessive", "subject", "eos"))
+(_, best_layer, _, best_group), best_s = ps.best_cell(summary, "enc.resid", ("possessive", "subject", "eos"))
 metrics["best_encoder_site"] = {"layer": best_layer, "group": best_group, **best_s}
 metrics["seconds"] = time.perf_counter() - wall_start
 json.dump(metrics, open("metrics.json", "w"), indent=1)
@@ -268,21 +315,22 @@ print(json.dumps({k: metrics[k] for k in ("n_pairs", "n_heldout_pairs", "last_de
                                           "best_encoder_site")}, indent=1))
 
 # %%
+assert metrics["own_interval_error"] < 1e-9, "your corrected interval must be the package's on the lesson's cell"
 assert abs(last["mean"] - 1.0) < 1e-3 and last["low"] > 0.99, "the last decoder layer at the pronoun row is the answer"
 assert abs(last_number["mean"] - 1.0) < 1e-3 and last_number["low"] > 0.99, "the same for the number pairs' answer row"
 assert kinds["number"] >= (2 if SMOKE else 20) and kinds["possessive"] and kinds["subject"], kinds
 assert len(pairs) >= (4 if SMOKE else 100), f"only {len(pairs)} minimal pairs"
 # the random position of the embedding layer does nothing at all: an unedited token is the same in both runs
-emb_random = summary[("resid_enc", "embed", "clean", "random")]
+emb_random = summary[("enc.resid", "embed", "clean", "random")]
 assert abs(emb_random["mean"]) < 1e-4 and abs(emb_random["high"]) < 1e-4
 # the lesson's claim: at the edited words, the encoder's state brings "his" back, far beyond a random position
 best_site = metrics["best_encoder_site"]
-random_same_layer = summary[("resid_enc", best_site["layer"], "clean", "random")]
+random_same_layer = summary[("enc.resid", best_site["layer"], "clean", "random")]
 assert best_site["group"] in ("possessive", "subject") and best_site["low"] > random_same_layer["high"], \
     (best_site, random_same_layer)
 if not SMOKE:  # number pairs: the English prefix carries the number more than any source-side group does
     sbs = metrics["source_vs_prefix"]["number"]
     assert sbs["decoder_input"]["low"] > sbs["encoder"]["high"], sbs
 if not SMOKE:  # with a hundred pairs, against both controls too
-    assert any(f["family"] == "resid_enc" and f["group"] in ("possessive", "subject", "edit") for f in cleared), \
+    assert any(f["family"] == "enc.resid" and f["group"] in ("possessive", "subject", "edit") for f in cleared), \
         "no encoder site cleared its controls"

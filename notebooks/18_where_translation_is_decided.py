@@ -59,7 +59,7 @@ from IPython.display import Markdown, display
 import workbench as wb
 from workbench.inspect.contrastive import contrastive_attribution, patching_effects
 from workbench.inspect.das import das_examples, das_sweep
-from workbench.inspect.lens import decision_layer, decoder_states, kl_by_layer, logit_lens, text_batches, train_tuned_lens
+from workbench.inspect.lens import kl_by_layer, logit_lens, text_batches, train_tuned_lens
 from workbench.inspect.greedy_trace import trace_greedy
 from workbench.inspect.lens_paths import beam_tree_leads, lens_steps as lens_along
 from workbench.translation.decode_trace import rerank, trace_beam
@@ -131,14 +131,51 @@ metrics["kl_tuned_lens"] = kl_tuned.mean(0).tolist()
 
 # %% [markdown]
 # **Where is each word decided?** For every target position, the *decision layer* is the first layer from which
-# the lens's top word is the model's final choice and stays so. The median over all words, with an interval from
-# resampling sentences:
+# the lens's top word is the model's final choice and stays so.
+#
+# ### Exercise 18.decision_layer · `decision_layer`
+#
+# Write it. `lens_logits` holds the lens's logits at every decoder layer, for every sentence and position; the final
+# choice at a position is the top word of the last layer. Return, for every position, the first layer $l$ such that
+# the top word of every layer from $l$ to the last is the final one: one past the last layer that disagrees, 0 when
+# none does, and $L-1$ when only the last layer has it. A word the lens reads at layer 1, loses at layer 2 and reads
+# again from layer 3 on is decided at 3, not 1. Leave `lens_logits` as it is.
+#
+# Shapes: `lens_logits` (L, B, T, V) → (B, T) long.
+
+# %% tags=["exercise", "hide-input"]
+def decision_layer(lens_logits):
+    """For every position, the first layer from which the lens's top word is the final one and stays so."""
+    # BEGIN SOLUTION NO PROMPT
+    top = lens_logits.argmax(dim=-1)  # (L, B, T): the lens's top word at every layer
+    disagree = top != top[-1]  # (L, B, T); the last layer agrees with itself
+    layers = torch.arange(top.shape[0]).view(-1, 1, 1)  # (L, 1, 1)
+    return torch.where(disagree, layers + 1, 0).amax(dim=0)  # one past the last disagreement (0 if none)
+    # END SOLUTION
+    """ # BEGIN PROMPT
+    raise NotImplementedError("write decision_layer, then run the check below")
+    """  # END PROMPT
+
+# %%
+from workbench.lessons import exercises as ex
+result = ex.check("18.decision_layer", decision_layer)
+decision_layer = result.function  # yours if it passed, else the reference
+result
+
+# %% [markdown]
+# **Predict, then run.** Under the tuned lens, are most words (more than half of all target positions) decided before the last decoder layer? Write `"yes"` or `"no"` in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+
+# %% tags=["answer"]
+PREDICT_DECIDED_EARLY: str | None = None  # yes or no
+
+# %% [markdown]
+# The median decision layer over all words, with an interval from resampling sentences:
 
 # %%
 per_sentence: list[np.ndarray] = []
 for s, t in held_batches:
     with torch.no_grad():
-        depth = decision_layer(logit_lens(model, s, t, lens=tuned), decoder_states(model, s, t, [-1])[1])  # (B, T)
+        depth = decision_layer(logit_lens(model, s, t, lens=tuned))  # (B, T); the last layer's lens is the output
     real = t != model.pad_id
     per_sentence += [depth[b][real[b]].numpy() for b in range(depth.shape[0])]
 rng = np.random.default_rng(SEED)
@@ -151,6 +188,9 @@ print(f"median decision layer (tuned lens): {median_depth:.0f} [{depth_lo:.0f}, 
 print("share of words decided at each layer:", ", ".join(f"{layer}: {s:.2f}" for layer, s in enumerate(share)))
 metrics.update(median_decision_layer=median_depth, decision_layer_interval=[depth_lo, depth_hi],
                decided_share_by_layer=share.tolist())
+ex.predict("18.decided_early", PREDICT_DECIDED_EARLY, "yes" if share[:-1].sum() > 0.5 else "no",
+           "A post-LN decoder rewrites its state at every layer, yet the lens can read the final word long before the "
+           "end: the share decided at each layer, printed above, says how much of the choice the last layers still make.")
 
 # %% [markdown]
 # One sentence, word by word: the greedy translation, and for each word the layer that decided it and what the
@@ -330,6 +370,7 @@ metrics["findings"] = findings
 # * Lower `SINK_THRESHOLD` to 0.3 and watch which heads join the ablated set and what BLEU does.
 
 # %%
+metrics.update(ex.summary())  # every exercise's check and prediction, read back by `workbench notebooks grade`
 metrics["wall_seconds"] = time.perf_counter() - wall_start
 with open("metrics.json", "w") as fh:
     json.dump(metrics, fh, indent=1, default=float)

@@ -948,6 +948,61 @@ def marian_from_the_package(max_len, d_model):
     return sinusoidal_table(max_len, d_model, layout="halves")
 
 
+# -- 15 -------------------------------------------------------------------------------------------------------------
+def ci_sorted_index(scores, resamples, m, alpha=0.05):
+    means = scores[resamples].mean(dim=1).sort(dim=0).values  # (R, L)
+    R, t = means.shape[0], alpha / (2 * m)
+    return scores.mean(0), means[int(t * R)], means[min(int((1 - t) * R), R - 1)]  # nearest rank, no interpolation
+
+
+def ci_normal_uncorrected(scores, resamples, m, alpha=0.05):
+    se = scores.std(0) / scores.shape[0] ** 0.5
+    return scores.mean(0), scores.mean(0) - 1.96 * se, scores.mean(0) + 1.96 * se
+
+
+def ci_clamped_in_place(scores, resamples, m, alpha=0.05):
+    scores.clamp_(0, 1)  # "a restored share lies in [0, 1]": changes the caller's scores
+    means = scores[resamples].mean(dim=1)
+    t = alpha / (2 * m)
+    low, high = torch.quantile(means, torch.tensor([t, 1 - t], dtype=means.dtype), dim=0)
+    return scores.mean(0), low, high
+
+
+def ci_calls_package(scores, resamples, m, alpha=0.05):
+    from workbench.lessons.pronoun_pairs import resampled_interval
+
+    mean, low, high = resampled_interval(scores.numpy(), resamples.numpy(), 1 - alpha / m)
+    return tuple(torch.as_tensor(v, dtype=scores.dtype) for v in (mean, low, high))
+
+
+# -- 18 -------------------------------------------------------------------------------------------------------------
+def decided_stabilised_in_place(lens_logits):
+    lens_logits.sub_(lens_logits.amax(-1, keepdim=True))  # a softmax habit, in the caller's tensor
+    top = lens_logits.argmax(-1)  # (L, B, T)
+    L = top.shape[0]
+    idx = torch.arange(L).view(L, 1, 1)
+    return (torch.where(top != top[-1], idx, -1).amax(0) + 1).long()
+
+
+def decided_by_probability(lens_logits):
+    p = lens_logits.softmax(-1).gather(-1, lens_logits[-1].argmax(-1)[None, ..., None].expand(
+        lens_logits.shape[0], *lens_logits.shape[1:3], 1))[..., 0]  # (L, B, T): the final word's probability
+    L = p.shape[0]
+    idx = torch.arange(L).view(L, 1, 1)
+    return (torch.where(p <= 0.5, idx, -1).amax(0) + 1).clamp(max=L - 1).long()  # "more likely than not"
+
+
+def decided_as_float(lens_logits):
+    top = lens_logits.argmax(-1)
+    return (top != top[-1]).float().flip(0).cumsum(0).flip(0).gt(0).float().sum(0)  # a float count of layers
+
+
+def decided_calls_package(lens_logits):
+    from workbench.inspect.lens import decision_layer
+
+    return decision_layer(lens_logits)
+
+
 WRONG = {
     "01.dot_score": [dot_score_in_place, dot_score_cut, dot_score_first_row, dot_score_float32],
     "01.attention_distribution": [dist_in_place, dist_first_mask_row, dist_detached, dist_log],
@@ -992,6 +1047,8 @@ WRONG = {
     "08.apply_merges": [merges_consumed, merges_marker_dropped, merges_sorted_alphabetically, merges_calls_package],
     "08.padding_stats": [padding_sorts_batches, padding_two_sides, padding_percent, padding_calls_package],
     "17.marian_positions": [marian_float64, marian_even_only, marian_from_the_package],
+    "15.corrected_interval": [ci_sorted_index, ci_normal_uncorrected, ci_clamped_in_place, ci_calls_package],
+    "18.decision_layer": [decided_stabilised_in_place, decided_by_probability, decided_as_float, decided_calls_package],
 }
 
 CASES = [(eid, fn) for eid, fns in WRONG.items() for fn in fns]

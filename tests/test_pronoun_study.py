@@ -8,7 +8,7 @@ import numpy as np
 from workbench.lessons import pronoun_study as ps
 from workbench.lessons.pronoun_pairs import PronounPair
 
-LAYERS = {"resid_enc": ["embed", "enc 0"], "memory": ["dec 0"], "resid_dec": ["embed", "dec 0"]}
+LAYERS = {"enc.resid": ["embed", "enc 0"], "dec.memory": ["dec 0"], "dec.resid": ["embed", "dec 0"]}
 
 
 def _pair(kind="subject"):
@@ -34,9 +34,9 @@ def _collected(n=40, effect=0.8, control=0.1, noise=0.05, seed=0):
     def rows(level, layers):
         return [np.full(layers, level) + rng.normal(0, noise, layers) for _ in range(n)]
 
-    c = {("resid_enc", "clean", "subject"): rows(effect, 2), ("resid_enc", "clean", "random"): rows(control, 2),
-         ("resid_enc", "unrelated", "subject"): rows(control, 2),
-         ("resid_dec", "clean", "pronoun row"): rows(1.0, 2), ("resid_dec", "clean", "random"): rows(control, 2)}
+    c = {("enc.resid", "clean", "subject"): rows(effect, 2), ("enc.resid", "clean", "random"): rows(control, 2),
+         ("enc.resid", "unrelated", "subject"): rows(control, 2),
+         ("dec.resid", "clean", "pronoun row"): rows(1.0, 2), ("dec.resid", "clean", "random"): rows(control, 2)}
     return c
 
 
@@ -60,8 +60,8 @@ def test_the_correction_for_many_cells_widens_the_intervals():
     few = ps.findings(base, LAYERS, min_effect=0.0)
     many = dict(base)  # the same cells, plus 40 more groups tested alongside them
     for g in range(40):
-        many[("resid_enc", "clean", f"g{g}")] = base[("resid_enc", "clean", "subject")]
-        many[("resid_enc", "unrelated", f"g{g}")] = base[("resid_enc", "unrelated", "subject")]
+        many[("enc.resid", "clean", f"g{g}")] = base[("enc.resid", "clean", "subject")]
+        many[("enc.resid", "unrelated", f"g{g}")] = base[("enc.resid", "unrelated", "subject")]
     wide = ps.findings(many, LAYERS, min_effect=0.0)
     assert wide["tested"] == few["tested"] + 80
     a = next(c for c in few["cells"] if c["group"] == "subject" and c["layer"] == "enc 0")

@@ -36,7 +36,8 @@ from torch import nn
 
 from workbench.errors import DataError
 
-__all__ = ["KINDS", "NUMBER_SUBJECT", "PronounPair", "bootstrap_ci", "build_pronoun_pairs", "candidate_swaps"]
+__all__ = ["KINDS", "NUMBER_SUBJECT", "PronounPair", "bootstrap_ci", "build_pronoun_pairs", "candidate_swaps",
+           "resampled_interval"]
 
 # masculine -> feminine; possessive endings kept
 POSSESSIVES = {f"sein{e}": f"ihr{e}" for e in ("", "e", "em", "en", "er", "es")}
@@ -412,8 +413,22 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, n_resamples: int = 2000, 
         raise DataError(f"a bootstrap interval needs at least 2 values, got {x.shape[0]}")
     if not 0 < level < 1:
         raise DataError(f"level={level!r} must lie in (0, 1), e.g. 0.95")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.shape[0], size=(n_resamples, x.shape[0]))
-    means = x[idx].mean(axis=1)
+    idx = np.random.default_rng(seed).integers(0, x.shape[0], size=(n_resamples, x.shape[0]))  # (R, N)
+    return resampled_interval(x, idx, level)
+
+
+def resampled_interval(values: np.ndarray, resamples: np.ndarray, level: float = 0.95
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over the first axis and the percentile interval of the means of given resamples: (mean, low, high).
+
+    Each row of ``resamples`` names N rows of ``values`` (drawn with replacement); the interval runs from the
+    ``(1 - level) / 2`` to the ``(1 + level) / 2`` quantile of the R resampled means (linear interpolation, numpy's
+    default). :func:`bootstrap_ci` draws the resamples from its seed.
+
+    Shapes:
+        values (N, ...), resamples (R, N) integers in 0..N-1 -> three arrays of shape (...)
+    """
+    x = np.asarray(values, dtype=float)
+    means = x[np.asarray(resamples)].mean(axis=1)  # (R, ...): the mean over pairs of each resample
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=0)
     return x.mean(axis=0), lo, hi

@@ -38,8 +38,8 @@ from workbench.lessons.pronoun_pairs import GENDERED, NUMBER_SUBJECT, PronounPai
 
 GENDER_WORD = re.compile(r"\b(sein\w*|ihr\w*|er|sie)\b", re.IGNORECASE)
 BY_CONSTRUCTION = ("pronoun row", "number·answer row")  # the answer row itself: a calibration, not a finding
-WHERE = {"resid_enc": "the encoder state", "memory": "the cross-attention keys and values",
-         "resid_dec": "the decoder state"}
+WHERE = {"enc.resid": "the encoder state", "dec.memory": "the cross-attention keys and values",
+         "dec.resid": "the decoder state"}
 Key = tuple[str, str, str, str]  # (family, layer, donor, group)
 
 
@@ -117,7 +117,7 @@ class PairSweeps:
 
 
 def sweep_pairs(model: nn.Module, tokenizer: Any, pairs: Sequence[PronounPair], pool: dict[int, list[list[int]]],
-                rng: np.random.Generator, head_families: Sequence[str] = ("cross",)) -> PairSweeps:
+                rng: np.random.Generator, head_families: Sequence[str] = ("dec.cross",)) -> PairSweeps:
     """Patch every group of every pair, per layer, clean → corrupted, from the clean sentence and from an unrelated
     one (the decoder's groups from the clean sentence only: the unrelated sentence has no translation prefix), and
     every head of ``head_families`` the same two ways."""
@@ -136,8 +136,8 @@ def sweep_pairs(model: nn.Module, tokenizer: Any, pairs: Sequence[PronounPair], 
         src_groups, tgt_groups = source_roles(p, src_tokens, rng), target_roles(p, rng)
         kind = "number" if p.kind == "number" else "gender"
         for donor, prepared in (("clean", pp), ("unrelated", unrelated)):
-            for family, groups in (("resid_enc", src_groups), ("memory", src_groups), ("resid_dec", tgt_groups)):
-                if family == "resid_dec" and donor == "unrelated":
+            for family, groups in (("enc.resid", src_groups), ("dec.memory", src_groups), ("dec.resid", tgt_groups)):
+                if family == "dec.resid" and donor == "unrelated":
                     continue
                 res = sweep_position_groups(model, clean, corrupt, tgt, metric, groups, family=family,
                                             prepared=prepared)
@@ -151,9 +151,9 @@ def sweep_pairs(model: nn.Module, tokenizer: Any, pairs: Sequence[PronounPair], 
 
 def layer_names(cfg: Any) -> dict[str, list[str]]:
     """The row names of each position family: the embeddings, then one per layer."""
-    return {"resid_enc": ["embed"] + [f"enc {i}" for i in range(cfg.n_enc_layers)],
-            "memory": [f"dec {i}" for i in range(cfg.n_dec_layers)],
-            "resid_dec": ["embed"] + [f"dec {i}" for i in range(cfg.n_dec_layers)]}
+    return {"enc.resid": ["embed"] + [f"enc {i}" for i in range(cfg.n_enc_layers)],
+            "dec.memory": [f"dec {i}" for i in range(cfg.n_dec_layers)],
+            "dec.resid": ["embed"] + [f"dec {i}" for i in range(cfg.n_dec_layers)]}
 
 
 def summarise(collected: dict[tuple[str, str, str], list[np.ndarray]], layers: dict[str, list[str]],
@@ -172,7 +172,7 @@ def summarise(collected: dict[tuple[str, str, str], list[np.ndarray]], layers: d
 
 def _controls(family: str, layer: str, group: str) -> list[Key]:
     keys = [(family, layer, "clean", random_of(group))]
-    if family != "resid_dec":
+    if family != "dec.resid":
         keys.append((family, layer, "unrelated", group))
     return keys
 
@@ -187,15 +187,16 @@ def findings(collected: dict[tuple[str, str, str], list[np.ndarray]], layers: di
     bounds and its mean reaches ``min_effect``.
 
     Returns:
-        ``{"tested": m, "level": ..., "cells": [...]}`` with one dict per tested cell (``clears`` says whether it
-        cleared).
+        ``{"tested": m, "level": ..., "cells": [...], "n_resamples": R}`` with one dict per tested cell (``clears``
+        says whether it cleared); every interval drew R resamples of the pairs from ``seed``.
     """
     plain = summarise(collected, layers, n_resamples, seed)
     tested = [k for k in plain if k[2] == "clean" and k[3] != random_of(k[3]) and k[3] not in BY_CONSTRUCTION
               and all(c in plain for c in _controls(k[0], k[1], k[3]))]
     m = max(1, len(tested))
     level = 1 - alpha / m
-    wide = summarise(collected, layers, max(n_resamples, math.ceil(20 * m / alpha)), seed, level=level)
+    n_wide = max(n_resamples, math.ceil(20 * m / alpha))  # at least ten resampled means in each tail
+    wide = summarise(collected, layers, n_wide, seed, level=level)
     cells = []
     for family, layer, _, group in sorted(tested):
         s = wide[(family, layer, "clean", group)]
@@ -203,7 +204,7 @@ def findings(collected: dict[tuple[str, str, str], list[np.ndarray]], layers: di
         cells.append({"family": family, "layer": layer, "group": group, "mean": s["mean"], "low": s["low"],
                       "high": s["high"], "n": s["n"], "control_high": bar,
                       "clears": s["low"] > bar and s["mean"] >= min_effect})
-    return {"tested": len(tested), "level": level, "cells": cells}
+    return {"tested": len(tested), "level": level, "cells": cells, "n_resamples": n_wide}
 
 
 def finding_lines(cells: Sequence[dict[str, Any]], number: bool) -> list[str]:
@@ -233,10 +234,10 @@ def path_patching_over_pairs(model: nn.Module, pairs: Sequence[PronounPair], poo
     return paths, np.stack(ctrl) if ctrl else np.zeros((0, 0))
 
 
-GENDER_GROUPS = {"resid_enc": ("possessive", "subject", "edit", "eos"), "memory": ("possessive", "subject", "edit", "eos"),
-                 "resid_dec": ("pronoun row", "man/woman")}
-NUMBER_GROUPS = {"resid_enc": ("subject", "verb", "edit", "eos"), "memory": ("subject", "verb", "edit", "eos"),
-                 "resid_dec": ("answer row", "swapped words")}
+GENDER_GROUPS = {"enc.resid": ("possessive", "subject", "edit", "eos"),
+                 "dec.memory": ("possessive", "subject", "edit", "eos"), "dec.resid": ("pronoun row", "man/woman")}
+NUMBER_GROUPS = {"enc.resid": ("subject", "verb", "edit", "eos"), "dec.memory": ("subject", "verb", "edit", "eos"),
+                 "dec.resid": ("answer row", "swapped words")}
 
 
 def interval_rows(summary: dict[Key, dict[str, float]], family: str, layers: Sequence[str],
@@ -251,7 +252,7 @@ def interval_rows(summary: dict[Key, dict[str, float]], family: str, layers: Seq
     for layer in layers:
         shown = [("clean", g, "patched from the clean run") for g in groups]
         shown.append(("clean", random_of(groups[0]), "control: random position"))
-        if family != "resid_dec":
+        if family != "dec.resid":
             shown += [("unrelated", g, "control: unrelated sentence") for g in groups]
         for donor, group, kind in shown:
             s = summary.get((family, layer, donor, group))
@@ -310,9 +311,9 @@ def source_against_prefix(summary: dict[Key, dict[str, float]]) -> dict[str, dic
     for what, src_groups, tgt_group in (("gender", ("possessive", "subject", "edit"), "man/woman"),
                                         ("number", ("number·subject", "number·verb", "number·edit"),
                                          "number·swapped words")):
-        (_, layer, _, group), enc = best_cell(summary, "resid_enc", src_groups)
+        (_, layer, _, group), enc = best_cell(summary, "enc.resid", src_groups)
         out[what] = {"encoder": {"layer": layer, "group": group, **enc},
-                     "decoder_input": summary.get(("resid_dec", "embed", "clean", tgt_group))}
+                     "decoder_input": summary.get(("dec.resid", "embed", "clean", tgt_group))}
     return out
 
 

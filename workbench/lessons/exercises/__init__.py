@@ -16,7 +16,7 @@ sandboxed process) and records plain data; :func:`judge` decides in a process th
 After a failed exercise, later exercises of the same notebook run with the package's function under its name
 (``get(id).reference``), as the lessons do.
 
-One module per notebook (``nb01`` ... ``nb17``; lessons 15 and 18 have none) registers that notebook's exercises in
+One module per notebook (``nb01`` ... ``nb18``) registers that notebook's exercises in
 :data:`EXERCISES` and its predictions in :data:`PREDICTIONS`; ``predictions_08_17`` holds the later lessons' prompts.
 Ids from before the lessons were renumbered are accepted for one release, with a warning (:mod:`.renumbered`).
 """
@@ -38,8 +38,10 @@ from workbench.lessons.exercises import (  # noqa: F401  (registers)
     nb12,
     nb13,
     nb14,
+    nb15,
     nb16,
     nb17,
+    nb18,
     predictions_08_17,
 )
 from workbench.lessons.exercises.core import (

@@ -1,4 +1,4 @@
-"""The predict-then-run prompts of lessons 08 and 10-17: one per lesson, each before the result it predicts.
+"""The predict-then-run prompts of lessons 08 and 10-18: one per lesson, each before the result it predicts.
 
 Registered here (not in ``nb08``, ``nb10`` ... ``nb17``, which hold those lessons' exercises) so that the prompts and their
 rules land together; each notebook asks with a cell tagged ``answer`` (``PREDICT_X: ... | None = None``) and compares
@@ -49,3 +49,6 @@ register_prediction(Prediction(
 register_prediction(Prediction(
     "17.held_out", "does the head chosen on half the sentences score higher, equal or lower on the other half than "
     "the in-sample best?", "PREDICT_HELD_OUT", "choice", choices=("higher", "equal", "lower")))
+register_prediction(Prediction(
+    "18.decided_early", "under the tuned lens, are most words decided before the last decoder layer?",
+    "PREDICT_DECIDED_EARLY", "choice", choices=("yes", "no")))
