@@ -1,4 +1,4 @@
-"""The exercises of notebooks 01-17 (none in 15 and 18): every planted mistake recognised by name (fast, no
+"""The exercises of notebooks 01-18: every planted mistake recognised by name (fast, no
 notebook), the checks' one-line reports, otter-style solution stripping, the masters passing every check in SMOKE,
 the student copies running to their end with every exercise "not attempted", and ``workbench notebooks grade``
 naming exactly the wrong exercise.
