@@ -6,16 +6,14 @@ import pytest
 import torch
 
 import workbench.translation.decode as decode
+from tests._decoding import tiny_translator
 from workbench import DecodingError, InputTextError, RNNConfig, build_model, build_rnn, preset
 from workbench.translation.decode import beam_search, greedy_decode, length_penalty
 
 
 @pytest.fixture(params=["transformer", "rnn"])
 def model(request):
-    torch.manual_seed(0)
-    if request.param == "rnn":
-        return build_rnn(RNNConfig(d_model=32, n_layers=2, max_len=64), 40, 40).eval()
-    return build_model(preset("tiny", max_len=64), 40, 40).eval()
+    return tiny_translator(request.param)
 
 
 @pytest.fixture

@@ -9,23 +9,18 @@ import torch
 
 import workbench.translation.decode as decode
 import workbench.translation.decode_steps as decode_steps
-from workbench import build_model, preset
+from tests._decoding import padded_src, tiny_translator
 from workbench.translation.decode_graph import FixedStep, SlotKVCache
 
 
 @pytest.fixture
 def model():
-    torch.manual_seed(0)
-    return build_model(preset("tiny", max_len=64), 40, 40).eval()
+    return tiny_translator("transformer")
 
 
 @pytest.fixture
 def src():
-    g = torch.Generator().manual_seed(3)
-    s = torch.randint(4, 40, (9, 11), generator=g)
-    for row, n in enumerate([11, 3, 7, 2, 9, 5, 11, 4, 6]):
-        s[row, n:] = 0
-    return s
+    return padded_src([11, 3, 7, 2, 9, 5, 11, 4, 6], seed=3)
 
 
 def _fixed_on_cpu(monkeypatch, used: list[int]) -> None:

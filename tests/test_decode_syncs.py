@@ -13,27 +13,21 @@ import torch
 
 import workbench.translation.decode as decode
 import workbench.translation.decode_steps as decode_steps
+from tests._decoding import padded_src, tiny_translator
 from tests._host_syncs import count_host_syncs
-from workbench import RNNConfig, build_model, build_rnn, preset
+from workbench import build_model, preset
 from workbench.translation.decode import beam_search, greedy_decode
 from workbench.translation.decode_steps import PreallocatedKVCache
 
 
 @pytest.fixture(params=["transformer", "rnn"])
 def model(request):
-    torch.manual_seed(0)
-    if request.param == "rnn":
-        return build_rnn(RNNConfig(d_model=32, n_layers=2, max_len=64), 40, 40).eval()
-    return build_model(preset("tiny", max_len=64), 40, 40).eval()
+    return tiny_translator(request.param)
 
 
 @pytest.fixture
 def src():
-    g = torch.Generator().manual_seed(3)
-    s = torch.randint(4, 40, (9, 11), generator=g)
-    for row, n in enumerate([11, 3, 7, 2, 9, 5, 11, 4, 6]):
-        s[row, n:] = 0
-    return s
+    return padded_src([11, 3, 7, 2, 9, 5, 11, 4, 6], seed=3)
 
 
 def _search(kind: str, model, src):
