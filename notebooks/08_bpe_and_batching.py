@@ -311,7 +311,10 @@ def batchings_of(src_len, tgt_len, seed):
     return out, budget
 
 
-# padding: counted over every training pair
+# %% [markdown]
+# Padding, counted over every training pair under the three batchings:
+
+# %%
 all_pairs = load_multi30k("train", "de", "en")
 all_src = [len(x) for x in shipped_tok.encode_src([s for s, _ in all_pairs])]
 all_tgt = [len(y) - 1 for y in shipped_tok.encode_tgt([t for _, t in all_pairs])]   # decoder positions: bos .. last piece
@@ -323,7 +326,10 @@ print(f"all {len(all_pairs)} training pairs: padding {stats['shuffled']['padding
       f"{stats['bucketed']['padding_fraction']:.0%} bucketed, {stats['token budget']['padding_fraction']:.0%} with a token "
       f"budget of {budget_all} padded slots per batch")
 
-# speed: timed on the first pairs
+# %% [markdown]
+# Speed: one pass of forward and backward over the first pairs, batched the three ways, on a small model.
+
+# %%
 pairs = all_pairs[:n_batch]
 src_ids = shipped_tok.encode_src([s for s, _ in pairs])
 tgt_ids = shipped_tok.encode_tgt([t for _, t in pairs])
@@ -348,6 +354,7 @@ def one_pass(batches):
     return time.perf_counter() - t0
 
 
+# %%
 one_pass(tensors["shuffled"][:2])  # warm-up
 seconds = {name: [] for name in batchings}
 for r in range(repeats):
