@@ -71,6 +71,7 @@ from workbench.translation.data import load_multi30k
 from workbench.translation.shipped import load_any
 from workbench.viz import figures
 
+# %%
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 wall_start = time.perf_counter()
