@@ -70,7 +70,7 @@ def _ablation(model: Any, tok: Any, rows: list[dict[str, Any]], pairs: list[tupl
     agreement = head_agreement(rows[:half], HEAD_METHOD)  # (L, H)
     L, H = agreement.shape
     flat = agreement.flatten()
-    heads = [("cross", i // H, i % H) for i in range(L * H)]
+    heads = [("dec.cross", i // H, i % H) for i in range(L * H)]
     order = [heads[i] for i in torch.argsort(flat, descending=True, stable=True).tolist()
              if math.isfinite(float(flat[i]))]
     held = pairs[half:]

@@ -231,6 +231,15 @@ SUMMARIES = ("cross last", "cross mean", "rollout", "diagonal")
 LABELS = {"cross last": "last layer", "cross mean": "all layers", "rollout": "rollout", "diagonal": "diagonal prior"}
 
 
+def _head(head: list) -> tuple:
+    """A reported (kind, layer, head) with its kind as workbench.model.sites names it: reports written before the
+    site names say ``"cross"`` for ``"dec.cross"`` (read as history, without a warning)."""
+    from workbench.model.sites import OLD_KINDS
+
+    kind, *rest = head
+    return (OLD_KINDS.get(kind, kind), *rest)
+
+
 def _steps_rows(folder: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Rows comparing attention-vs-attribution reports of the same sentences at different integrated-gradients step
     counts: the completeness error at each, the attention summaries' correlations with IG at each, and whether the
@@ -248,7 +257,7 @@ def _steps_rows(folder: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
     ig = "spearman/integrated_gradients"
     rhos = [[r["agreement"][f"{ig}/{c}"]["mean"] for c in SUMMARIES] for r, _ in reports]
     orders = [tuple(sorted(SUMMARIES, key=lambda c, rr=rr: -rr[SUMMARIES.index(c)])) for rr in rhos]
-    heads = [{tuple(h) for h in r["ablation"]["most_agreeing_heads"]} for r, _ in reports]
+    heads = [{_head(h) for h in r["ablation"]["most_agreeing_heads"]} for r, _ in reports]
     at = _measured_at(*(r for r, _ in reports))
     rows = [
         (f"integrated gradients completeness error at {steps} steps, the same {n} test sentences", f"{at}: " +

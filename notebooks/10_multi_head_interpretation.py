@@ -68,7 +68,7 @@ print(f"model: {cfg.n_enc_layers}+{cfg.n_dec_layers} layers, {cfg.n_heads} heads
 # %%
 ins = inspect_translation(model, tok, SENTENCE)
 print("translation:", ins.translation)
-for kind in ("enc_self", "dec_self", "cross"):
+for kind in ("enc.self", "dec.self", "dec.cross"):
     q, k = ins.axes(kind)
     L = len(ins.cache.layers(kind))
     w = torch.stack([ins.weights(kind, l) for l in range(L)])           # (L, H, Tq, Tk)
@@ -98,17 +98,17 @@ for sentence in ("Der Hund rennt über die Wiese, weil er einen Ball fangen will
     print(f"{sentence}\n  -> {translation}   (English pronoun: {english_pronouns(translation) or 'none'})")
 reading = pronoun_attention(model, tok, PRONOUN_SENTENCE, ANTECEDENT, PRONOUN)   # stops if there is no pronoun
 pron, uniform = reading.inspection, reading.uniform
-pron_stats = {kind: reading.stats(kind) for kind in ("enc_self", "cross")}
+pron_stats = {kind: reading.stats(kind) for kind in ("enc.self", "dec.cross")}
 for kind, stat in pron_stats.items():
     on_ante, (l, h) = reading.on_antecedent[kind], stat["best_head"]                # (L, H)
-    query = PRONOUN if kind == "enc_self" else reading.pronoun_emitted
+    query = PRONOUN if kind == "enc.self" else reading.pronoun_emitted
     figures.head_stat_figure(on_ante, [f"{kind} L{i}" for i in range(on_ante.shape[0])],
                              title=f"{kind}: weight from '{query}' on '{ANTECEDENT}' (uniform: {uniform:.2f})").show()
     most_read = sorted({reading.src_words[i] for i in reading.most_read_word[kind].flatten().tolist()})
     print(f"{kind}: largest weight on '{ANTECEDENT}' {stat['max']:.2f} (layer {l}, head {h}), mean over heads "
           f"{stat['mean']:.2f}, uniform {uniform:.2f}; heads whose most-read word is '{ANTECEDENT}': "
           f"{stat['heads_reading_antecedent_most']} of {on_ante.numel()}; most-read words: " + ", ".join(most_read))
-bl, bh = pron_stats["cross"]["best_head"]
+bl, bh = pron_stats["dec.cross"]["best_head"]
 best = reading.best_cross_row()                                         # (T_out, S): that head on every output token
 figures.attention_heatmap(best, pron.out_tokens, pron.src_tokens,
                           title=f"cross-attention layer {bl}, head {bh}, while translating → {pron.translation}").show()
@@ -116,10 +116,10 @@ elsewhere = reading.antecedent_weight_elsewhere()
 print(f"that head's weight on '{ANTECEDENT}': {float(best[reading.en_query, reading.antecedent_tokens].sum()):.2f} "
       f"from '{reading.pronoun_emitted}', {elsewhere:.2f} on average from the other output tokens")
 metrics.update(pronoun_emitted=reading.pronoun_emitted, antecedent_uniform_share=uniform,
-               antecedent_max_enc=pron_stats["enc_self"]["max"], antecedent_max_cross=pron_stats["cross"]["max"],
+               antecedent_max_enc=pron_stats["enc.self"]["max"], antecedent_max_cross=pron_stats["dec.cross"]["max"],
                antecedent_best_cross_head=[bl, bh], antecedent_cross_elsewhere=elsewhere,
-               heads_reading_antecedent_most_enc=pron_stats["enc_self"]["heads_reading_antecedent_most"],
-               heads_reading_antecedent_most_cross=pron_stats["cross"]["heads_reading_antecedent_most"])
+               heads_reading_antecedent_most_enc=pron_stats["enc.self"]["heads_reading_antecedent_most"],
+               heads_reading_antecedent_most_cross=pron_stats["dec.cross"]["heads_reading_antecedent_most"])
 
 # %% [markdown]
 # How to read the numbers above for the default sentence (what they show is asserted at the end when
@@ -137,10 +137,10 @@ metrics.update(pronoun_emitted=reading.pronoun_emitted, antecedent_uniform_share
 # `PRONOUN_SENTENCE`, `ANTECEDENT` and `PRONOUN`, and expect heads like this to be found in some, not in all.
 
 # %% [markdown]
-# **Predict, then run.** Over the validation sentences, which kind of attention has the most peaked heads on average (the highest mean confidence, the largest weight of a row): `"enc_self"`, `"dec_self"` or `"cross"`? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
+# **Predict, then run.** Over the validation sentences, which kind of attention has the most peaked heads on average (the highest mean confidence, the largest weight of a row): `"enc.self"`, `"dec.self"` or `"dec.cross"`? Write your prediction in the next cell before you run the cells after it (leave `None` to skip: the lesson runs either way).
 
 # %% tags=["answer"]
-PREDICT_PEAKED_KIND: str | None = None  # enc_self, dec_self or cross
+PREDICT_PEAKED_KIND: str | None = None  # "enc.self", "dec.self" or "dec.cross"
 
 # %% [markdown]
 # ## Confidence, entropy and positional heads over the validation set
@@ -214,13 +214,13 @@ stats = {}
 for b in batches:
     with wb.capture_attention(model) as cache, torch.no_grad():
         model(b.src, b.tgt_in)
-    qmask = {"enc_self": b.src != tok.pad_id, "dec_self": b.tgt_in != tok.pad_id, "cross": b.tgt_in != tok.pad_id}
-    for kind in ("enc_self", "dec_self", "cross"):
+    qmask = {"enc.self": b.src != tok.pad_id, "dec.self": b.tgt_in != tok.pad_id, "dec.cross": b.tgt_in != tok.pad_id}
+    for kind in ("enc.self", "dec.self", "dec.cross"):
         for l in cache.layers(kind):
             w = cache[kind, l]
             s = stats.setdefault((kind, l), {"conf": [], "ent": [], "prev": [], "next": [], "n": []})
             s["conf"].append(head_confidence(w, qmask[kind])); s["ent"].append(head_entropy(w, qmask[kind]))
-            if kind != "cross":
+            if kind != "dec.cross":
                 s["prev"].append(positional_score(w, -1, qmask[kind])); s["next"].append(positional_score(w, +1, qmask[kind]))
             s["n"].append(int(qmask[kind].sum()))
 rows, conf, ent = [], [], []
@@ -231,8 +231,8 @@ for (kind, l), s in stats.items():
 conf, ent = torch.stack(conf), torch.stack(ent)
 figures.head_stat_figure(conf, rows, "confidence (mean max weight)").show()
 figures.head_stat_figure(ent, rows, "entropy (nats)").show()
-enc_prev = torch.stack([torch.stack(stats[("enc_self", l)]["prev"]).mean(0) for l in range(cfg.n_enc_layers)])
-enc_next = torch.stack([torch.stack(stats[("enc_self", l)]["next"]).mean(0) for l in range(cfg.n_enc_layers)])
+enc_prev = torch.stack([torch.stack(stats[("enc.self", l)]["prev"]).mean(0) for l in range(cfg.n_enc_layers)])
+enc_next = torch.stack([torch.stack(stats[("enc.self", l)]["next"]).mean(0) for l in range(cfg.n_enc_layers)])
 best_prev = float(enc_prev.max()); best_next = float(enc_next.max())
 print(f"strongest previous-token head puts {best_prev:.2f} of its weight on position i-1; next-token head {best_next:.2f} on i+1")
 metrics.update(max_confidence=float(conf.max()), min_entropy=float(ent.min()), max_entropy=float(ent.max()),
@@ -240,7 +240,9 @@ metrics.update(max_confidence=float(conf.max()), min_entropy=float(ent.min()), m
 
 # %%
 from workbench.lessons import exercises as ex
-ex.predict("10.peaked_kind", PREDICT_PEAKED_KIND, max(('enc_self', 'dec_self', 'cross'), key=lambda k: float(conf[[r.startswith(k + ' ') for r in rows]].mean())),
+peaked_kind = max(("enc.self", "dec.self", "dec.cross"), key=lambda k: float(conf[[r.startswith(k + " ") for r in rows]].mean()))
+metrics["peaked_kind"] = peaked_kind
+ex.predict("10.peaked_kind", PREDICT_PEAKED_KIND, peaked_kind,
            "Confidence depends on how many keys a row can see: a decoder self-attention row at step t has only t + 1 keys (the first rows one or two), so its largest weight is large by construction. Compare the entropy figure, and normalise by the number of keys (lesson 17) before calling a kind more focused.")
 
 # %% [markdown]
@@ -303,7 +305,7 @@ for src_text, _ in val[: (20 if SMOKE else 100)]:
     if max(qw) < 0 or max(kw) < 0:
         continue
     for l in range(cfg.n_dec_layers):
-        heads = ins.weights("cross", l)
+        heads = ins.weights("dec.cross", l)
         for h in list(range(cfg.n_heads)) + ["mean"]:
             w = heads.mean(0) if h == "mean" else heads[h]
             pred = word_attention(w, qw, kw).argmax(-1).tolist()
@@ -332,7 +334,7 @@ inspector
 from bertviz import head_view
 ins = inspect_translation(model, tok, SENTENCE)
 head_view(**to_bertviz(ins.cache, ins.src_tokens, ins.tgt_tokens))
-figures.head_lines(ins.weights("cross", -1), ins.out_tokens, ins.src_tokens, title="cross-attention, last layer (offline view)").show()
+figures.head_lines(ins.weights("dec.cross", -1), ins.out_tokens, ins.src_tokens, title="cross-attention, last layer (offline view)").show()
 
 # %% [markdown]
 # ## In your browser
@@ -354,6 +356,8 @@ with open("metrics.json", "w") as f:
     json.dump(metrics, f, indent=1)
 # heads differ in how peaked they are: on a trained model the spread of entropies is large, not rounding noise
 assert metrics["max_entropy"] - metrics["min_entropy"] > 0.5
+# the measured kind is one of the prediction's choices, so a right prediction can be graded right
+assert metrics["peaked_kind"] in ex.PREDICTIONS["10.peaked_kind"].choices
 # importance ranks heads usefully, on sentences it was not computed on: least < random < most important
 assert metrics["loss_prune_least_half"] < metrics["loss_prune_random_half_mean"] < metrics["loss_prune_most_half"]
 # masking heads costs something: the full model is better than any half of its heads

@@ -169,7 +169,7 @@ def test_attention_summaries_rows_sum_to_one(sentence):
     for value in summary.values():
         assert value.shape == (6, 9)
         torch.testing.assert_close(value.sum(-1), torch.ones(6, dtype=torch.float64))
-    torch.testing.assert_close(summary["cross last"], cache["cross", 1][0].double().mean(0))
+    torch.testing.assert_close(summary["cross last"], cache["dec.cross", 1][0].double().mean(0))
 
 
 def test_measure_agreement_on_real_sentences(subword_tokenizer, small_pairs):

@@ -91,7 +91,7 @@ def test_without_hook_points_is_the_same_model_minus_the_taps(norm_first):
         assert torch.equal(p.grad, q.grad), name
     with wb.capture_attention(model) as cache:  # the original keeps its hook points
         model(src, tgt)
-    assert ("cross", 1) in cache and hooks_remaining(model) == 0
+    assert ("dec.cross", 1) in cache and hooks_remaining(model) == 0
     with pytest.raises(NotImplementedError):
         bare.decode(tgt[:, :1], bare.encode(src), bare.src_mask(src), cache=bare.init_cache())
 
@@ -498,6 +498,9 @@ def test_table_compares_integrated_gradients_step_counts_on_the_same_sentences(t
             "layer > diagonal prior at 128, same heads") in rows[2]
     (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, [["cross", 0, 1], heads[0]], 0.05)))
     assert "ranking the same, 1 of 2 heads the same" in table.render(tmp_path)
+    # a report written with the site names ("dec.cross") names the same heads as one written before them ("cross")
+    (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, [["dec.cross", 2, 3], ["dec.cross", 2, 6]], 0.05)))
+    assert "ranking the same, same heads" in table.render(tmp_path)
     (folder / "b.json").write_text(json.dumps(_steps_report(128, rho, heads, 0.05, sentences=100)))
     with pytest.raises(ValueError, match="like with like"):
         table.render(tmp_path)

@@ -425,17 +425,17 @@ def test_the_inspectors_open_a_converted_marian_model():
         plain = model(src, tgt)
         with wb.capture_attention(model) as cache:
             captured = model(src, tgt)
-        with ablate_heads(model, [("cross", 1, None)]):
+        with ablate_heads(model, [("dec.cross", 1, None)]):
             ablated = model(src, tgt)
     assert torch.equal(plain, captured) and wb.hooks_remaining(model) == 0
-    assert cache["cross", 1].shape == (1, 4, 4, 6)
+    assert cache["dec.cross", 1].shape == (1, 4, 4, 6)
     # the converted cross-attention weights are transformers' own
     hf.set_attn_implementation("eager")  # transformers returns attention weights from its eager path only
     with torch.no_grad():
         theirs = hf(input_ids=src, decoder_input_ids=tgt, output_attentions=True).cross_attentions[1]
-    assert float((theirs - cache["cross", 1]).abs().max()) < 1e-5
+    assert float((theirs - cache["dec.cross", 1]).abs().max()) < 1e-5
     assert float((ablated - plain).abs().max()) > 1e-3  # switching a layer's heads off changes the output
-    rollout = attention_rollout([cache["enc_self", layer][0] for layer in range(2)])
+    rollout = attention_rollout([cache["enc.self", layer][0] for layer in range(2)])
     assert torch.allclose(rollout.sum(-1), torch.ones(6, dtype=rollout.dtype))
     att = attribute(model, src[0], tgt[0], targets=[3, 7, 11, EOS], method="saliency")
     assert att.scores.shape[-1] == 6 and bool(torch.isfinite(torch.as_tensor(att.scores)).all())

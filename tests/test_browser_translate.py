@@ -51,7 +51,7 @@ def test_sentences(multi30k_dir):
 
 
 def test_page_translates_as_python(browser, page_dir, test_sentences, record_property):
-    from workbench.bridges.onnx import OnnxTranslator
+    from workbench.bridges.onnx import PAGE_GATES, OnnxTranslator
     from workbench.tools.book.build import served
 
     python = OnnxTranslator(page_dir / "_static" / "translate" / "model")
@@ -90,13 +90,14 @@ def test_page_translates_as_python(browser, page_dir, test_sentences, record_pro
             # switch off a head whose absence changes Python's translation: the page changes the same way
             before = page.inner_text("#wb-out")
             assert before == python.translate([text])[0]
-            candidates = [(kind, layer, h) for kind in ("cross", "enc_self", "dec_self") for layer in range(3)
+            candidates = [(kind, layer, h) for kind in ("dec.cross", "enc.self", "dec.self") for layer in range(3)
                           for h in range(8)]
             head = next(c for c in candidates if python.translate([text], off=[c])[0] != before)
             expected = python.translate([text], off=[head])[0]
             count = int(page.get_attribute("#wb-translate", "data-translations"))
             page.click("#wb-heads-box summary")
-            page.uncheck(f'#wb-heads input[data-kind="{head[0]}"][data-layer="{head[1]}"][data-head="{head[2]}"]')
+            kind = PAGE_GATES[head[0]]  # the page's name of the kind
+            page.uncheck(f'#wb-heads input[data-kind="{kind}"][data-layer="{head[1]}"][data-head="{head[2]}"]')
             page.click("#wb-translate-btn")
             page.wait_for_function(f"() => Number(document.getElementById('wb-translate').dataset.translations) > {count}")
             after = page.inner_text("#wb-out")

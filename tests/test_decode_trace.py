@@ -125,9 +125,9 @@ def test_greedy_trace_is_greedy_decoding_with_its_attention():
     import workbench as wb
 
     tgt_in = torch.tensor([[2, *trace.tokens[:-1]]])
-    with wb.capture_attention(model, kinds=["cross"]) as cache:
+    with wb.capture_attention(model, kinds=["dec.cross"]) as cache:
         model(src, tgt_in)
-    forced = torch.stack([cache["cross", layer][0] for layer in range(L)]).permute(2, 0, 1, 3)  # (T, L, H, S)
+    forced = torch.stack([cache["dec.cross", layer][0] for layer in range(L)]).permute(2, 0, 1, 3)  # (T, L, H, S)
     torch.testing.assert_close(trace.cross, forced, atol=1e-5, rtol=1e-5)
     assert wb.hooks_remaining(model) == 0
 

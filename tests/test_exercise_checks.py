@@ -149,6 +149,16 @@ def test_counts_are_exact_and_the_diagonal_forgotten_is_wrong():
     assert ex.predict("05.causal_true", 45, 55, "why").status == "off"
 
 
+def test_the_peaked_kind_is_a_site_kind_and_an_old_spelling_counts_with_a_warning():
+    assert ex.PREDICTIONS["10.peaked_kind"].choices == ("enc.self", "dec.self", "dec.cross")
+    assert ex.predict("10.peaked_kind", " Dec.Cross ", "dec.cross", "why").status == "right"
+    with pytest.warns(DeprecationWarning, match="'cross' is an old site spelling"):
+        assert ex.predict("10.peaked_kind", "cross", "dec.cross", "why").status == "right"
+    with pytest.warns(DeprecationWarning, match="'enc_self' is an old site spelling"):
+        assert ex.predict("10.peaked_kind", "enc_self", "dec.cross", "why").status == "off"
+    assert ex.predict("10.peaked_kind", "resid_enc", "dec.cross", "why").status == "off"  # no attention kind
+
+
 def test_every_prediction_of_the_notebooks_is_registered_with_its_variable_and_defaults():
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py")):
         text = path.read_text()

@@ -111,13 +111,13 @@ def test_rollouts_of_a_real_model_from_the_cache():
     assert r.source.shape == (5, 7) and r.target.shape == (5, 5) and r.encoder.shape == (7, 7)
     torch.testing.assert_close(r.source.sum(-1) + r.target.sum(-1), torch.ones(5, dtype=torch.float64))
     assert torch.all(r.target.triu(1) == 0)  # causal: no share from future decoder inputs
-    enc = [cache["enc_self", layer][1] for layer in range(2)]
+    enc = [cache["enc.self", layer][1] for layer in range(2)]
     torch.testing.assert_close(r.encoder, attention_rollout(enc))
     flow = attention_flow(enc, outputs=[0, 3])
     assert flow.shape == (2, 7) and torch.all(flow >= 0) and torch.all(flow <= 1 + 1e-6)
-    dflow = decoder_attention_flow(enc, [cache["dec_self", i][1] for i in range(2)], [cache["cross", i][1] for i in range(2)])
+    dflow = decoder_attention_flow(enc, [cache["dec.self", i][1] for i in range(2)], [cache["dec.cross", i][1] for i in range(2)])
     assert dflow.shape == (5, 7) and torch.all(dflow <= 1 + 1e-6)  # the sink's incoming capacity is 0.5 + 0.5
-    one = decoder_attention_flow(enc, [cache["dec_self", 0][1]], [cache["cross", 0][1]])
+    one = decoder_attention_flow(enc, [cache["dec.self", 0][1]], [cache["dec.cross", 0][1]])
     assert torch.all(one <= 0.5 + 1e-6) and torch.all(one > 0)  # one decoder layer: all of it over cross edges
 
 

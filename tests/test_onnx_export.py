@@ -61,7 +61,7 @@ def test_random_models_decode_alike(shipped, tmp_path, kw):
         with wb.capture_attention(model) as cache:
             model(torch.tensor([src]), tgt)
         for layer in range(model.cfg.n_dec_layers):
-            captured = cache["cross", layer][0, :, : weights.shape[0]].numpy()  # (H, steps, S)
+            captured = cache["dec.cross", layer][0, :, : weights.shape[0]].numpy()  # (H, steps, S)
             np.testing.assert_allclose(weights[:, layer].transpose(1, 0, 2), captured, atol=2e-5)
 
 
@@ -76,7 +76,7 @@ def test_heads_switched_off_as_ablate_heads_does(shipped, tmp_path):
     onnx_model = OnnxTranslator(tmp_path)
     src = tokenizer.encode_src([SOURCES[2]])[0]
     changed = 0
-    for off in ([("cross", 1, 2)], [("enc_self", 0, 1), ("dec_self", 1, 0)], [("cross", 0, None)]):
+    for off in ([("dec.cross", 1, 2)], [("enc.self", 0, 1), ("dec.self", 1, 0)], [("dec.cross", 0, None)]):
         expanded = [(k, layer, h) for k, layer, hh in off for h in (range(4) if hh is None else [hh])]
         ids, _ = onnx_model.greedy_ids(src, expanded)
         with wb.ablate_heads(model, off):

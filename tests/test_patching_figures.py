@@ -11,7 +11,7 @@ from workbench.viz.figures import FigureInputError
 from workbench.viz.patching_figures import interval_figure, patching_heatmap, path_patching_figure
 
 
-def _result(values, axes, labels, family="resid_enc"):
+def _result(values, axes, labels, family="enc.resid"):
     values = torch.as_tensor(values, dtype=torch.float32)
     return PatchingResult(values, values * 2, axes, labels, family, "clean->corrupted", 2.0, -1.0)
 

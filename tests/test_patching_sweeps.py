@@ -28,7 +28,7 @@ def _score(model, src, tgt, metric, clean_m, corrupt_m):
 @pytest.mark.parametrize("direction", ["clean->corrupted", "corrupted->clean"])
 def test_position_sweep_cells_equal_single_patches(setup, direction):
     model, clean, corrupt, tgt, metric = setup
-    res = sweeps.sweep_positions(model, clean, corrupt, tgt, metric, family="resid_enc", direction=direction, batch_size=5)
+    res = sweeps.sweep_positions(model, clean, corrupt, tgt, metric, family="enc.resid", direction=direction, batch_size=5)
     assert res.values.shape == (3, 7) and res.axes == ("layer", "src_pos")
     donor = cache_activations(model, clean if direction == "clean->corrupted" else corrupt, tgt)
     base = corrupt if direction == "clean->corrupted" else clean
@@ -43,19 +43,19 @@ def test_position_sweep_cells_equal_single_patches(setup, direction):
     assert torch.allclose(others, torch.full_like(others, 1.0 - end), atol=1e-5)
 
 
-@pytest.mark.parametrize("family", ["memory", "resid_dec"])
+@pytest.mark.parametrize("family", ["dec.memory", "dec.resid"])
 def test_other_position_families(setup, family):
     model, clean, corrupt, tgt, metric = setup
     res = sweeps.sweep_positions(model, clean, corrupt, tgt, metric, family=family)
-    n_pos = 7 if family == "memory" else 6
-    assert res.values.shape == (3 if family == "memory" else 4, n_pos)
+    n_pos = 7 if family == "dec.memory" else 6
+    assert res.values.shape == (3 if family == "dec.memory" else 4, n_pos)
     donor = cache_activations(model, clean, tgt)
-    sites = ["dec.1.cross.k", "dec.1.cross.v"] if family == "memory" else ["dec.1.resid"]
-    row = 1 if family == "memory" else 2
+    sites = ["dec.1.cross.k", "dec.1.cross.v"] if family == "dec.memory" else ["dec.1.resid"]
+    row = 1 if family == "dec.memory" else 2
     with patch(model, donor, [Site(s, pos=3) for s in sites]):
         single = _score(model, corrupt, tgt, metric, res.clean_metric, res.corrupted_metric)
     assert res.values[row, 3].item() == pytest.approx(single, abs=1e-4)
-    if family == "resid_dec":
+    if family == "dec.resid":
         # the metric reads position 4: later decoder positions cannot reach it (causal mask)
         assert torch.allclose(res.values[:, 5], torch.zeros(4), atol=1e-5)
         # the last decoder layer at the metric's own position is the whole answer
@@ -66,7 +66,7 @@ def test_head_sweep_cells_equal_single_patches(setup):
     model, clean, corrupt, tgt, metric = setup
     pair = sweeps.prepare_pair(model, clean, corrupt, tgt, metric)
     donor = cache_activations(model, clean, tgt)
-    for family, site in [("enc_self", "enc.{l}.self.z"), ("cross", "dec.{l}.cross.z"), ("dec_self", "dec.{l}.self.z")]:
+    for family, site in [("enc.self", "enc.{l}.self.z"), ("dec.cross", "dec.{l}.cross.z"), ("dec.self", "dec.{l}.self.z")]:
         res = sweeps.sweep_heads(model, clean, corrupt, tgt, metric, family=family, prepared=pair, batch_size=3)
         assert res.axes == ("layer", "head") and res.values.shape[1] == 4
         layer, head = res.values.shape[0] - 1, 2
@@ -79,7 +79,7 @@ def test_head_sweep_cells_equal_single_patches(setup):
 def test_gaussian_noise_is_causal_tracing(setup):
     model, clean, _, tgt, metric = setup
     noise = sweeps.GaussianNoise(positions=(1, 2), scale=3.0, seed=0)
-    res = sweeps.sweep_positions(model, clean, noise, tgt, metric, family="resid_enc")
+    res = sweeps.sweep_positions(model, clean, noise, tgt, metric, family="enc.resid")
     assert res.corrupted_metric != pytest.approx(res.clean_metric)
     # restoring the clean embedding at one noised position removes that position's noise only
     assert torch.allclose(res.values[0, [0, 3, 4, 5, 6]], torch.zeros(5), atol=1e-5)
@@ -89,7 +89,7 @@ def test_gaussian_noise_is_causal_tracing(setup):
     with pytest.raises(PatchingError, match="outside the 7 source tokens"):
         sweeps.GaussianNoise(positions=(9,)).noise(model, 7)
     # decoder-only sites share one encoder run across the batch: it must be the noised one
-    mem = sweeps.sweep_positions(model, clean, noise, tgt, metric, family="memory", batch_size=4)
+    mem = sweeps.sweep_positions(model, clean, noise, tgt, metric, family="dec.memory", batch_size=4)
     with noise.applied(model, 7), patch(model, both.clean, [Site(s, pos=2) for s in ("dec.2.cross.k", "dec.2.cross.v")]):
         single = _score(model, clean, tgt, metric, mem.clean_metric, mem.corrupted_metric)
     assert mem.values[2, 2].item() == pytest.approx(single, abs=1e-4)

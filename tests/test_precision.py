@@ -246,18 +246,18 @@ def test_capture_interventions_and_attribution_run_in_fp32_under_bf16():
     tgt = torch.randint(4, 60, (2, 6))
     with wb.capture_attention(model) as ref:
         out_ref = model(src, tgt)
-    with ablate_heads(model, [("enc_self", 0, 1)]):
+    with ablate_heads(model, [("enc.self", 0, 1)]):
         abl_ref = model(src, tgt)
     attr_ref = attribute(model, src[0], tgt[0], method="saliency")
     with runtime.autocast(CPU, "bf16"):
         assert model(src, tgt).dtype == torch.bfloat16  # the setting is on around these calls
         with wb.capture_attention(model) as cache:
             out = model(src, tgt)
-        with ablate_heads(model, [("enc_self", 0, 1)]):
+        with ablate_heads(model, [("enc.self", 0, 1)]):
             abl = model(src, tgt)
         attr = attribute(model, src[0], tgt[0], method="saliency")
     assert torch.equal(out, out_ref) and torch.equal(abl, abl_ref)
-    assert cache["cross", 0].dtype == torch.float32
+    assert cache["dec.cross", 0].dtype == torch.float32
     for key in ref.keys():
         assert torch.equal(cache[key], ref[key]), key
     assert torch.equal(attr.scores, attr_ref.scores)

@@ -53,14 +53,14 @@ def test_weights_from_the_pronoun_onto_every_subword_of_the_antecedent(reading_o
     r = pronoun.pronoun_attention(None, None, "Eine Frau sieht sie.", "Frau", "sie")
     assert r.pronoun_emitted == "her" and r.de_query == 4 and r.en_query == 3 and r.antecedent_tokens == [1, 2]
     assert r.uniform == pytest.approx(2 / 6)
-    torch.testing.assert_close(r.on_antecedent["enc_self"], torch.tensor([[0.7, 0.1], [2 / 6, 0.2]]))
-    torch.testing.assert_close(r.on_antecedent["cross"], torch.tensor([[0.3, 0.5]]))
-    enc, cross = r.stats("enc_self"), r.stats("cross")
+    torch.testing.assert_close(r.on_antecedent["enc.self"], torch.tensor([[0.7, 0.1], [2 / 6, 0.2]]))
+    torch.testing.assert_close(r.on_antecedent["dec.cross"], torch.tensor([[0.3, 0.5]]))
+    enc, cross = r.stats("enc.self"), r.stats("dec.cross")
     assert enc["best_head"] == [0, 0] and enc["max"] == pytest.approx(0.7)
     assert enc["heads_reading_antecedent_most"] == 2  # layer 0 head 0, and layer 1 head 0 (uniform: "frau" has 2 tokens)
     assert cross["best_head"] == [0, 1] and cross["heads_reading_antecedent_most"] == 1  # head 0 reads "sie" most
-    assert r.most_read_word["cross"].tolist() == [[3, 1]]
-    torch.testing.assert_close(r.best_cross_row(), r.inspection.weights("cross", 0)[1])
+    assert r.most_read_word["dec.cross"].tolist() == [[3, 1]]
+    torch.testing.assert_close(r.best_cross_row(), r.inspection.weights("dec.cross", 0)[1])
     # from the other output rows (uniform, 1/6 per token) that head gives "Frau" 2/6
     assert r.antecedent_weight_elsewhere() == pytest.approx(2 / 6)
 

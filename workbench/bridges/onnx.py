@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from workbench.errors import BridgeError, InputTextError
+from workbench.model.sites import ATTENTION_KINDS, kind_name
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ OPSET = 18
 # entry folds them at load, so the int8 matrices become float32 once instead of at every run (the page sets it too)
 SESSION_CONFIG = ("session.disable_quant_qdq", "1")
 _MIN_QUANTIZED = 16384  # matrices with at least this many elements are stored as int8 (not LayerNorm or biases)
+# attention kind -> the translate page's name for its head gates (web/translate.js, its checkboxes' data-kind)
+PAGE_GATES = {"enc.self": "enc_self", "dec.self": "dec_self", "dec.cross": "cross"}
 
 
 def _require_onnx() -> tuple[Any, Any]:
@@ -370,15 +373,22 @@ class OnnxTranslator:
         self.tokenizer = tokenizer_from_json((folder / "tokenizer.json").read_text(encoding="utf-8"))
 
     def gates(self, off: Sequence[tuple[str, int, int]] = ()) -> dict[str, np.ndarray]:
-        """Head gates with the heads ``off`` (``(kind, layer, head)``, kind in enc_self / dec_self / cross) at 0."""
+        """Head gates with the heads ``off`` at 0.
+
+        ``off`` holds ``(kind, layer, head)`` as :func:`~workbench.inspect.intervene.ablate_heads` takes them, kind
+        ``"enc.self"``, ``"dec.self"`` or ``"dec.cross"`` (the old ``"enc_self"``, ``"dec_self"``, ``"cross"`` warn).
+        Returns the (L, H) gates by the names the translate page uses for them: ``enc_self``, ``dec_self``, ``cross``
+        (its checkboxes' ``data-kind``), fed to the graphs' ``enc_gate``, ``self_gate`` and ``cross_gate``.
+
+        Raises:
+            SiteNameError: an unknown kind.
+        """
         i = self.info
         gates = {"enc_self": np.ones((i["n_enc_layers"], i["n_heads"]), np.float32),
                  "dec_self": np.ones((i["n_dec_layers"], i["n_heads"]), np.float32),
                  "cross": np.ones((i["n_dec_layers"], i["n_heads"]), np.float32)}
         for kind, layer, head in off:
-            if kind not in gates:
-                raise BridgeError(f"unknown head kind {kind!r}: use enc_self, dec_self or cross")
-            gates[kind][layer, head] = 0.0
+            gates[PAGE_GATES[kind_name(kind, ATTENTION_KINDS, what="head kind")]][layer, head] = 0.0
         return gates
 
     def greedy_ids(self, src_ids: Sequence[int], off: Sequence[tuple[str, int, int]] = ()) -> tuple[list[int], np.ndarray]:

@@ -138,8 +138,8 @@ def decoder_rollout(enc_self: Sequence[Tensor] | Tensor, dec_self: Sequence[Tens
         A :class:`DecoderRollout` (float64, CPU).
     """
     r_enc = attention_rollout(enc_self, average_heads=average_heads)  # (..., S, S)
-    selfs = _layers(dec_self, "dec_self", average_heads)
-    crosses = _layers(cross, "cross", average_heads)
+    selfs = _layers(dec_self, "dec.self", average_heads)
+    crosses = _layers(cross, "dec.cross", average_heads)
     if len(selfs) != len(crosses):
         raise FlowInputError(f"{len(selfs)} decoder self-attention layers but {len(crosses)} cross-attention layers")
     T, S = crosses[0].shape[-2], crosses[0].shape[-1]
@@ -256,10 +256,10 @@ def decoder_attention_flow(enc_self: Sequence[Tensor] | Tensor, dec_self: Sequen
     Shapes:
         enc_self: L_e x (H, S, S); dec_self: L_d x (H, T, T); cross: L_d x (H, T, S) -> (len(outputs), S)
     """
-    enc = [residual_attention(a, average_heads=False) for a in _layers(enc_self, "enc_self", average_heads)]
-    selfs = [residual_attention(a, average_heads=False) for a in _layers(dec_self, "dec_self", average_heads)]
-    crosses = _layers(cross, "cross", average_heads)
-    for mats, name in ((enc, "enc_self"), (selfs, "dec_self"), (crosses, "cross")):
+    enc = [residual_attention(a, average_heads=False) for a in _layers(enc_self, "enc.self", average_heads)]
+    selfs = [residual_attention(a, average_heads=False) for a in _layers(dec_self, "dec.self", average_heads)]
+    crosses = _layers(cross, "dec.cross", average_heads)
+    for mats, name in ((enc, "enc.self"), (selfs, "dec.self"), (crosses, "dec.cross")):
         _single(mats, name)
     if len(selfs) != len(crosses):
         raise FlowInputError(f"{len(selfs)} decoder self-attention layers but {len(crosses)} cross-attention layers")

@@ -8,7 +8,10 @@ computed from the parameters alone; the others need the lesson's own run (``expe
 
 from __future__ import annotations
 
+from typing import Any
+
 from workbench.lessons.exercises.predictions import Prediction, register_prediction
+from workbench.model.sites import OLD_KINDS, kind_name
 
 D_FIXED = 64  # lesson 11's default width during the n sweep (tests/test_exercise_checks.py reads the notebook's)
 
@@ -19,12 +22,23 @@ def _lstm_crossing(params: dict) -> int:
     return 2 * d
 
 
+class _KindChoice(Prediction):
+    """A choice among attention kinds: an old spelling (``"cross"``) counts as its kind (``"dec.cross"``), with the
+    DeprecationWarning of :mod:`workbench.model.sites`."""
+
+    def matches(self, answer: Any, measured: Any) -> bool:
+        old = answer.strip().lower() if isinstance(answer, str) else None
+        if OLD_KINDS.get(old) in self.choices:
+            answer = kind_name(old, self.choices, what="attention kind")  # warns
+        return super().matches(answer, measured)
+
+
 register_prediction(Prediction(
     "08.pieces_8000", "how many pieces does a validation sentence take on average with 8,000 joint pieces?",
     "PREDICT_PIECES_8000", "number", tolerance=0.15))
-register_prediction(Prediction(
+register_prediction(_KindChoice(
     "10.peaked_kind", "which kind of attention has the most peaked heads on average over the validation set?",
-    "PREDICT_PEAKED_KIND", "choice", choices=("enc_self", "dec_self", "cross")))
+    "PREDICT_PEAKED_KIND", "choice", choices=("enc.self", "dec.self", "dec.cross")))
 register_prediction(Prediction(
     "11.lstm_crossing", "with the projections counted, at which n does self-attention cost as much as an LSTM layer?",
     "PREDICT_LSTM_CROSSING", "count",
