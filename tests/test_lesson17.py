@@ -24,7 +24,7 @@ def test_18_where_translation_is_decided_smoke_metrics(smoke_runs):
     assert abs(sum(m["decided_share_by_layer"]) - 1) < 1e-9
     # the sink audit covers both shipped models and its four shares sum to 1 per head
     assert set(m["sink_shares"]) == {"small-de-en", "gru-de-en"}
-    assert set(m["sink_shares"]["gru-de-en"]) == {"rnn_cross"}
+    assert set(m["sink_shares"]["gru-de-en"]) == {"dec.cross"}
     assert m["sink_row_sum_error"] < 1e-6
     assert {"bleu", "n_heads"} <= set(m["ablation"])
     # integrated gradients complete within 5 %, and the pair's edits carry the difference at the embeddings

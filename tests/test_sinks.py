@@ -40,7 +40,7 @@ def test_categories_are_disjoint_and_in_order():
 def test_shares_and_content_sum_to_one_per_row_and_sentence(tiny_translator, subword_tokenizer, audit_pairs):
     audit = sink_audit(tiny_translator, subword_tokenizer, audit_pairs, batch_size=10, n_bootstrap=200, ablate=False)
     table = audit.table
-    assert set(table["kind"]) == {"enc_self", "dec_self", "cross"}
+    assert set(table["kind"]) == {"enc.self", "dec.self", "dec.cross"}
     assert len(table) == 3 * 2 * 4
     total = table[list(CATEGORIES)].sum(axis=1)
     assert torch.allclose(torch.tensor(total.values), torch.ones(len(table), dtype=torch.float64), atol=1e-6)
@@ -49,9 +49,9 @@ def test_shares_and_content_sum_to_one_per_row_and_sentence(tiny_translator, sub
         assert abs(x.sum(-1) - 1).max() < 1e-6
     for name in (*CATEGORIES, "sink"):
         assert ((table[f"{name}_lo"] <= table[name] + 1e-12) & (table[name] <= table[f"{name}_hi"] + 1e-12)).all()
-    assert table.loc[table["kind"] == "dec_self", "eos"].max() == 0  # no </s> among the decoder's inputs
-    cross = table[table["kind"] == "cross"]
-    assert cross["align_raw"].notna().all() and table.loc[table["kind"] != "cross", "align_raw"].isna().all()
+    assert table.loc[table["kind"] == "dec.self", "eos"].max() == 0  # no </s> among the decoder's inputs
+    cross = table[table["kind"] == "dec.cross"]
+    assert cross["align_raw"].notna().all() and table.loc[table["kind"] != "dec.cross", "align_raw"].isna().all()
     assert (cross["align_content"] >= cross["align_raw"] - 1e-12).all()  # removing candidates only helps here
     assert hooks_remaining(tiny_translator) == 0
 
@@ -66,8 +66,10 @@ def test_eos_share_is_the_captured_weight_on_eos(tiny_translator, subword_tokeni
         tiny_translator(torch.tensor([src_ids]), torch.tensor([tgt_in]))
     w = cache["dec.cross", 1][0]  # (H, T, S)
     expected = w[:, :, src_ids.index(tok.eos_id)].mean(-1).double()  # (H,)
-    got = torch.tensor(audit.per_sentence["cross", 1][0, :, CATEGORIES.index("eos")])
+    got = torch.tensor(audit.per_sentence["dec.cross", 1][0, :, CATEGORIES.index("eos")])
     assert torch.allclose(got, expected, atol=1e-6)
+    with pytest.warns(DeprecationWarning, match="'cross' is an old site spelling"):  # the key before the site names
+        assert audit.per_sentence["cross", 1] is audit.per_sentence["dec.cross", 1]
 
 
 def test_recurrent_baseline_has_one_head_and_no_ablation(subword_tokenizer, audit_pairs):
@@ -75,7 +77,7 @@ def test_recurrent_baseline_has_one_head_and_no_ablation(subword_tokenizer, audi
     V = subword_tokenizer.src_vocab_size
     rnn = build_rnn(RNNConfig(d_model=32), V, V).eval()
     audit = sink_audit(rnn, subword_tokenizer, audit_pairs, n_bootstrap=100)
-    assert list(audit.table["kind"]) == ["rnn_cross"]
+    assert list(audit.table["kind"]) == ["dec.cross"]  # its one attention is dec.0.cross
     assert abs(float(audit.table[list(CATEGORIES)].sum(axis=1).iloc[0]) - 1) < 1e-6
     assert audit.table["align_raw"].notna().all()
     assert "one attention" in audit.ablation["skipped"]
@@ -89,6 +91,7 @@ def test_sink_heavy_heads_are_the_ones_ablated(tiny_translator, subword_tokenize
     heavy = table[table["sink"] >= threshold]
     assert audit.ablation["n_heads"] == len(heavy) > 0
     assert audit.table["ablated"].sum() == len(heavy)
+    assert {tuple(h) for h in audit.ablation["heads"]} == set(zip(heavy["kind"], heavy["layer"], heavy["head"], strict=True))
     assert (audit.table.loc[audit.table["ablated"], "sink"] >= threshold).all()
     assert {"bleu", "bleu_ablated", "delta"} <= set(audit.ablation)
     assert audit.ablation["delta"] == pytest.approx(audit.ablation["bleu_ablated"] - audit.ablation["bleu"])
@@ -127,9 +130,9 @@ def test_imported_marian_model_is_audited(small_pairs, tmp_path):
                                     scale_embedding=True, init_std=0.2)
     model, tok = from_huggingface(transformers.MarianMTModel(cfg).eval(), hf_tok)
     audit = sink_audit(model, tok, small_pairs[:12], n_bootstrap=50, sink_threshold=0.3, max_extra=3)
-    assert set(audit.table["kind"]) == {"enc_self", "dec_self", "cross"}
+    assert set(audit.table["kind"]) == {"enc.self", "dec.self", "dec.cross"}
     assert abs(audit.table[list(CATEGORIES)].sum(axis=1) - 1).max() < 1e-6
-    assert (audit.table.loc[audit.table["kind"] != "dec_self", "eos"] > 0).all()  # Marian's </s> ends every source
+    assert (audit.table.loc[audit.table["kind"] != "dec.self", "eos"] > 0).all()  # Marian's </s> ends every source
     assert "bleu" in audit.ablation
 
 

@@ -3,9 +3,9 @@
 Many heads park weight on tokens that carry little content (Xiao et al., 2024 call them *attention sinks*; in
 translation models end-of-sentence tokens and punctuation take much of the cross-attention). Reading such a head's
 weights as a word alignment then fails for a reason unrelated to alignment. :func:`sink_audit` measures it for every
-head of every attention kind the model has (``enc.self``, ``dec.self``, ``dec.cross``; labelled ``enc_self``,
-``dec_self``, ``cross`` and, for the recurrent baseline's one attention, ``rnn_cross`` in the table this release),
-on teacher-forced (source, reference) pairs:
+head of every attention kind the model has (``enc.self``, ``dec.self``, ``dec.cross``, the kinds of
+:mod:`workbench.model.sites`, which the table's ``kind`` column holds; the recurrent baseline's one attention is
+``dec.cross`` too, its site being ``dec.0.cross.pattern``), on teacher-forced (source, reference) pairs:
 
 * the share of each query's weight on each *key category*, averaged over a sentence's real query positions, then
   over sentences, with percentile bootstrap intervals over sentences. Every real key position falls in exactly one
@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from workbench.errors import DataError, InterventionError
 from workbench.inspect.align import ibm1, ibm1_align, word_spans
 from workbench.inspect.capture import capture_attention
-from workbench.model.sites import ATTENTION_KINDS, split_site
+from workbench.model.sites import ATTENTION_KINDS, KindDict, split_site
 
 log = logging.getLogger(__name__)
 
@@ -71,24 +71,21 @@ def key_categories(tokens: Sequence[str], ids: Sequence[int], eos_id: int) -> li
     return out
 
 
-# The table's "kind" column keeps the labels lessons and saved results use this release; the kinds of
-# workbench.model.sites (enc.self, dec.self, dec.cross) are what every function takes.
-TABLE_LABELS = {"enc.self": "enc_self", "dec.self": "dec_self", "dec.cross": "cross"}
-LABEL_KINDS = {**{label: kind for kind, label in TABLE_LABELS.items()}, "rnn_cross": "dec.cross"}
-
 @dataclass
 class SinkAudit:
     """What :func:`sink_audit` found.
 
-    ``table`` has one row per head: ``kind, layer, head``, for each category its mean share and bootstrap interval
-    (``first, first_lo, first_hi, eos, ...``), ``sink`` (first + eos + punctuation, with interval),
-    ``align_raw`` and ``align_content`` (cross-attention only, else NaN) and ``ablated`` (in the sink-heavy set).
-    ``ablation`` holds the BLEU figures (empty when not run), ``per_sentence`` the (N, H, 4) shares per block.
+    ``table`` has one row per head: ``kind, layer, head`` (``kind`` a site kind, ``enc.self``, ``dec.self`` or
+    ``dec.cross``, so a row's ``(kind, layer, head)`` is what :func:`~workbench.inspect.intervene.ablate_heads`
+    takes), for each category its mean share and bootstrap interval (``first, first_lo, first_hi, eos, ...``),
+    ``sink`` (first + eos + punctuation, with interval), ``align_raw`` and ``align_content`` (cross-attention only,
+    else NaN) and ``ablated`` (in the sink-heavy set). ``ablation`` holds the BLEU figures (empty when not run),
+    ``per_sentence`` the (N, H, 4) shares per block, by ``(kind, layer)``.
     """
 
-    table: pd.DataFrame  # kind column: the labels of TABLE_LABELS (enc_self, dec_self, cross, rnn_cross) this release
+    table: pd.DataFrame
     ablation: dict[str, Any] = field(default_factory=dict)
-    per_sentence: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+    per_sentence: dict[tuple[str, int], np.ndarray] = field(default_factory=KindDict)  # (kind, layer) -> (N, H, 4)
     n_sentences: int = 0
     seconds: float = 0.0
 
@@ -140,7 +137,6 @@ def _bleu_with(model: nn.Module, tokenizer: Any, sources: list[str], refs: list[
     from workbench.translation.metrics import corpus_bleu
 
     if heads:
-        heads = [(LABEL_KINDS[k], layer, h) for k, layer, h in heads]  # table labels -> site kinds
         with ablate_heads(model, heads, mode=mode, means=means):
             hyps = translate(model, tokenizer, sources, beam=1, max_extra=max_extra, progress=False)
     else:
@@ -193,7 +189,6 @@ def sink_audit(model: nn.Module, tokenizer: Any, pairs: Sequence[tuple[str, str]
     hits: dict[tuple[str, int], Tensor] = {}  # (kind, layer) -> (H, 2) matches, raw and content-only
     links: dict[tuple[str, int], int] = {}
     was_training = model.training
-    rnn = not hasattr(model, "decoder_layers")  # the recurrent baseline: its one attention is labelled rnn_cross
     model.eval()
     try:
         for b0 in range(0, len(pairs), batch_size):
@@ -212,16 +207,15 @@ def sink_audit(model: nn.Module, tokenizer: Any, pairs: Sequence[tuple[str, str]
             with torch.no_grad(), capture_attention(model) as cache:
                 model(src, tgt)
             for name in cache:
-                site_kind, layer, _ = split_site(name)
-                kind = "rnn_cross" if rnn else TABLE_LABELS[site_kind]  # the table's label of the kind
+                kind, layer, _ = split_site(name)
                 w = cache[name].float()  # (B, H, Tq, Tk)
-                keys = tgt_cat if site_kind == "dec.self" else src_cat  # (B, Tk, 4)
-                queries = real_src if site_kind == "enc.self" else real_tgt  # (B, Tq)
+                keys = tgt_cat if kind == "dec.self" else src_cat  # (B, Tk, 4)
+                queries = real_src if kind == "enc.self" else real_tgt  # (B, Tq)
                 per_query = w @ keys[:, None]  # (B, H, Tq, 4)
                 q = queries[:, None, :, None].float()
                 per_sentence = (per_query * q).sum(2) / q.sum(2).clamp_min(1)  # (B, H, 4)
                 shares.setdefault((kind, layer), []).append(per_sentence)
-                if t_prob is None or kind not in ("cross", "rnn_cross"):
+                if t_prob is None or kind != "dec.cross":
                     continue
                 for b, (source, reference) in enumerate(chunk):
                     src_words, tgt_words = source.split(), reference.split()
@@ -245,7 +239,7 @@ def sink_audit(model: nn.Module, tokenizer: Any, pairs: Sequence[tuple[str, str]
                     links[kind, layer] = links.get((kind, layer), 0) + len(rows)
     finally:
         model.train(was_training)
-    rows_out, per_block = [], {}
+    rows_out, per_block = [], KindDict()  # an old kind spelling (per_sentence["cross", 0]) warns
     for (kind, layer), parts in sorted(shares.items()):
         x = torch.cat(parts).double().numpy()  # (N, H, 4)
         per_block[kind, layer] = x
@@ -283,7 +277,7 @@ def _ablation(model: nn.Module, tokenizer: Any, pairs: list[tuple[str, str]], ta
 
     if not attention_blocks(model):
         return {"skipped": f"{type(model).__name__} has no multi-head blocks to switch off (one attention, one head)"}
-    heads_table = table[table["kind"].isin([TABLE_LABELS[k] for k in ATTENTION_KINDS])]
+    heads_table = table[table["kind"].isin(ATTENTION_KINDS)]
     heavy = heads_table[heads_table["sink"] >= threshold]
     heads = [(k, int(lay), int(h)) for k, lay, h in zip(heavy["kind"], heavy["layer"], heavy["head"], strict=True)]
     sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
