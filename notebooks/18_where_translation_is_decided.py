@@ -266,7 +266,7 @@ figures.grouped_bar_figure(labels, {c: [float(table.loc[k, c]) for table in shar
                            title="where attention weight goes, mean over heads", ylabel="share of weight").show()
 
 # %%
-cross = audits["small-de-en"].table.query("kind == 'cross'")
+cross = audits["small-de-en"].table.query("kind == 'dec.cross'")
 heaviest = audits["small-de-en"].table.sort_values("sink", ascending=False).head(5)
 display(heaviest[["kind", "layer", "head", "first", "eos", "punctuation", "content", "sink_lo", "sink_hi"]].round(3))
 gain = (cross["align_content"] - cross["align_raw"]).to_numpy()
@@ -378,6 +378,8 @@ with open("metrics.json", "w") as fh:
 
 assert last_layer_identical, "the last layer's lens must be the model's logits"
 assert metrics["sink_row_sum_error"] < 1e-6, "the four shares of a head must sum to 1"
+assert len(cross) == cfg.n_dec_layers * cfg.n_heads and np.isfinite(list(metrics["alignment"].values())).all(), \
+    "every cross-attention head's alignment agreement, raw and content-only"
 assert metrics["ig_completeness_error_max"] < 0.05, "integrated gradients must be complete within 5 %"
 assert all(0 <= r["iia"] <= 1 and 0 <= r["random"] <= 1 for r in metrics["das"])
 assert 0 <= median_depth <= L - 1
