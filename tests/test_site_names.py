@@ -4,6 +4,8 @@ misspelt name is refused with one line that lists the valid ones."""
 
 from __future__ import annotations
 
+import ast
+import re
 import warnings
 
 import pytest
@@ -17,7 +19,15 @@ from workbench.inspect.intervene import ablate_heads, head_means
 from workbench.inspect.patching import Site, activation_sites, cache_activations, patch, site_names
 from workbench.inspect.patching_sweeps import position_family
 from workbench.model.hook_points import hook_points
-from workbench.model.sites import REMOVED_IN, model_sites, site_name, split_site
+from workbench.model.sites import (
+    ATTENTION_KINDS,
+    OLD_KINDS,
+    REMOVED_IN,
+    KindDict,
+    model_sites,
+    site_name,
+    split_site,
+)
 
 
 def _tiny(norm_first: bool) -> torch.nn.Module:
@@ -229,3 +239,68 @@ def test_a_large_model_lists_its_valid_names_folded_on_one_line():
     n = len(model.decoder_layers)
     assert "\n" not in message and "did you mean 'dec.0.cross.z'" in message and "enc.embed" in message
     assert f"dec.{{0..{n - 1}}}.cross.{{q,k,v,scores,pattern,z}}" in message
+
+
+def _suggestion(key: tuple, n_layers: dict[str, int]) -> tuple[str, object]:
+    """The canonical name of an old key and the spelling its DeprecationWarning suggests (as written there)."""
+    with pytest.warns(DeprecationWarning) as record:
+        name = site_name(key, n_layers=n_layers)
+    messages = [str(w.message) for w in record if issubclass(w.category, DeprecationWarning)]
+    m = re.search(r"is an old site spelling: write (.+?) \(the old spellings go", messages[0])
+    assert m, messages[0]
+    assert not m[1].startswith(("\"", "'(")), f"the suggestion is quoted twice: {messages[0]}"
+    return name, ast.literal_eval(m[1])
+
+
+@pytest.mark.parametrize("old", list(OLD_KINDS))
+def test_every_old_spelling_suggests_a_spelling_that_is_accepted(old):
+    n_layers = {"enc.self": 2, "enc.resid": 2, "dec.self": 3, "dec.cross": 3, "dec.resid": 3}
+    keys = [(old, 1), (old, -1)] + ([(old, 0, "q"), (old, -1, "z")] if OLD_KINDS[old] in ATTENTION_KINDS else [])
+    for key in keys:
+        name, new = _suggestion(key, n_layers)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)  # the suggested spelling is not old itself
+            assert site_name(new, n_layers=n_layers) == name, (key, new)
+            # and the new kind takes the place of the old one in the same key
+            assert site_name((OLD_KINDS[old], *key[1:]), n_layers=n_layers) == name, key
+
+
+def test_a_group_kind_with_a_layer_is_a_site():
+    assert site_name(("dec.memory", 1)) == "dec.1.memory"
+    assert site_name(("dec.memory", -1), n_layers={"dec.cross": 3}) == "dec.2.memory"
+    with pytest.raises(SiteNameError, match="dec.memory has no fields"):
+        site_name(("dec.memory", 0, "k"))
+    with pytest.raises(SiteNameError, match="unknown kind 'dec.memry'.*did you mean 'dec.memory'"):
+        site_name(("dec.memry", 0))
+
+
+def test_kind_dict_makes_old_spellings_canonical_in_every_method_that_takes_a_key():
+    d = KindDict()
+    with pytest.warns(DeprecationWarning, match="'cross' is an old site spelling: write 'dec.cross'"):
+        d.update({"cross": 1})
+    assert "dec.cross" in d and list(d) == ["dec.cross"]
+    with pytest.warns(DeprecationWarning, match="'enc_self'"), pytest.warns(DeprecationWarning, match="'dec_self'"):
+        d.update([(("enc_self", 0), 2)], dec_self=3)
+    assert dict(d) == {"dec.cross": 1, ("enc.self", 0): 2, "dec.self": 3}
+    with pytest.warns(DeprecationWarning, match="'memory'"):
+        assert d.setdefault("memory", 4) == 4
+    with pytest.warns(DeprecationWarning, match="'memory'"):
+        assert d.setdefault("memory", 5) == 4
+    with pytest.warns(DeprecationWarning, match="'memory'"):
+        assert d.pop("memory") == 4
+    with pytest.warns(DeprecationWarning, match="'memory'"):
+        assert d.pop("memory", None) is None
+    with pytest.warns(DeprecationWarning, match="'dec_self'"):
+        del d["dec_self"]
+    assert dict(d) == {"dec.cross": 1, ("enc.self", 0): 2}
+    with pytest.warns(DeprecationWarning, match="'rnn_cross'"):
+        merged = d | {"rnn_cross": 6}
+    assert isinstance(merged, KindDict) and dict(merged) == {"dec.cross": 6, ("enc.self", 0): 2}
+    with pytest.warns(DeprecationWarning, match="'resid_dec'"):
+        d |= {"resid_dec": 7}
+    assert isinstance(d, KindDict) and d["dec.resid"] == 7
+    with pytest.warns(DeprecationWarning, match="'resid_enc'"):
+        assert dict(KindDict.fromkeys(["resid_enc"], 0)) == {"enc.resid": 0}
+    assert isinstance(d.copy(), KindDict) and d.copy() == d
+    with pytest.warns(DeprecationWarning, match="'cross'"):
+        assert dict({"cross": 8} | KindDict()) == {"dec.cross": 8}

@@ -114,8 +114,9 @@ _PACKAGE = str(Path(__file__).resolve().parents[1])
 _SKIPPED = (_PACKAGE, contextlib.__file__)  # a warning names the user's line, not ours nor a ``with`` block's machinery
 
 
-def _deprecated(old: Any, new: str) -> None:
-    """Warn once per calling line that ``old`` is an old spelling of ``new`` (pointing at the caller's code)."""
+def _deprecated(old: Any, new: Any) -> None:
+    """Warn once per calling line that ``old`` is an old spelling of ``new`` (a name or a key, which the warning
+    shows as it is written: ``'dec.0.cross.pattern'``, ``('dec.cross', -1)``), pointing at the caller's code."""
     message = (f"{old!r} is an old site spelling: write {new!r} (the old spellings go in workbench {REMOVED_IN}; "
                "see workbench.model.sites)")
     if sys.version_info >= (3, 12):
@@ -196,11 +197,12 @@ def kind_name(kind: str, valid: Iterable[str] | None = None, what: str = "kind")
 def _wrap(kind: str, layer: Any, n_layers: Mapping[str, int] | None) -> int:
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise SiteNameError(f"layer {layer!r} of {kind!r} is not an int: write e.g. ({kind!r}, 0)")
-    if n_layers is None or kind not in n_layers:
+    counted = "dec.cross" if kind == "dec.memory" and n_layers is not None and kind not in n_layers else kind
+    if n_layers is None or counted not in n_layers:
         if layer < 0:
             raise SiteNameError(f"layer {layer} of {kind!r}: a negative layer needs a cache that knows the layers")
         return layer
-    n = n_layers[kind]
+    n = n_layers[counted]
     if not -n <= layer < n:
         raise SiteNameError(f"layer {layer} out of range for {kind!r}, which has {n} layers (use 0..{n - 1} or negatives)")
     return layer % n
@@ -210,8 +212,8 @@ def site_name(key: Any, valid: Iterable[str] | None = None, n_layers: Mapping[st
     """The canonical name of a site, from any accepted spelling.
 
     Accepted: a canonical name (``"enc.2.resid"``), a hook point's module path (``"encoder_layers.2.hook_resid"``),
-    a kind with a layer (``("dec.cross", 0)``, ``("dec.cross", 0, "q")``) and, with a DeprecationWarning, the old
-    capture keys (``("cross", 0)``, ``("resid_enc", 1)``).
+    a kind with a layer (``("dec.cross", 0)``, ``("dec.cross", 0, "q")``, ``("dec.memory", 1)``) and, with a
+    DeprecationWarning, the old capture keys (``("cross", 0)``, ``("resid_enc", 1)``, ``("memory", 1)``).
 
     Args:
         key: the spelling.
@@ -268,13 +270,15 @@ def _canonical(key: Any, n_layers: Mapping[str, int] | None) -> str:
             field = None if field == "resid" else field  # ("resid_enc", l, "resid"): the old explicit field
             if field is not None and field not in FIELDS:
                 raise SiteNameError(f"unknown field {field!r} in {key!r}: choose from {', '.join(FIELDS)}")
-            fine = isinstance(layer, int) and not isinstance(layer, bool) and layer >= 0 and kind != "dec.memory"
-            _deprecated(key, _compose(kind, layer, field) if fine else repr((kind, layer, field)[:len(key)]))
-        elif kind not in ATTENTION_KINDS + RESID_KINDS:
-            close = difflib.get_close_matches(kind, ATTENTION_KINDS + RESID_KINDS, n=1)
+            fine = isinstance(layer, int) and not isinstance(layer, bool) and layer >= 0
+            # the suggestion is itself accepted: the site name, or (a negative layer) the key with the new kind
+            new_key = (kind, layer) if field is None else (kind, layer, field)
+            _deprecated(key, _compose(kind, layer, field) if fine else new_key)
+        elif kind not in KINDS:
+            close = difflib.get_close_matches(kind, KINDS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise SiteNameError(f"unknown kind {kind!r} in {key!r}{hint}: use cache[kind, layer] with kind in "
-                                f"{', '.join(ATTENTION_KINDS + RESID_KINDS)}, or a site name such as 'dec.0.cross.pattern'")
+                                f"{', '.join(KINDS)}, or a site name such as 'dec.0.cross.pattern'")
         if field is not None and field not in FIELDS:
             raise SiteNameError(f"unknown field {field!r} in {key!r}: choose from {', '.join(FIELDS)}")
         return _compose(kind, _wrap(kind, key[1], n_layers), field)
@@ -314,12 +318,57 @@ def kind_key(key: Any) -> Any:
 
 class KindDict(dict):
     """A dict keyed by kinds or ``(kind, layer)`` (head means, head importance) that also finds an old kind
-    spelling (``means["cross", 0]`` is ``means["dec.cross", 0]``, with a DeprecationWarning)."""
+    spelling (``means["cross", 0]`` is ``means["dec.cross", 0]``, with a DeprecationWarning).
 
-    def __init__(self, items: Any = (), **kwargs: Any) -> None:
+    Every method that takes a key (``[]``, ``in``, ``get``, ``update``, ``setdefault``, ``pop``, ``del``, ``|``,
+    ``|=``, ``fromkeys`` and the constructor) stores and looks up the canonical kind.
+    """
+
+    def __init__(self, items: Any = (), /, **kwargs: Any) -> None:
         super().__init__()
-        for key, value in dict(items, **kwargs).items():
+        self.update(items, **kwargs)
+
+    def update(self, items: Any = (), /, **kwargs: Any) -> None:
+        """As :meth:`dict.update` (a mapping, or (key, value) pairs, then keywords), with canonical keys."""
+        pairs = ((key, items[key]) for key in items.keys()) if hasattr(items, "keys") else items
+        for key, value in pairs:
             self[key] = value
+        for key, value in kwargs.items():
+            self[key] = value
+
+    @classmethod
+    def fromkeys(cls, keys: Iterable[Any], value: Any = None) -> KindDict:
+        return cls((key, value) for key in keys)
+
+    def copy(self) -> KindDict:
+        return type(self)(self)
+
+    def __or__(self, other: Any) -> Any:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __ror__(self, other: Any) -> Any:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        merged = type(self)(other)
+        merged.update(self)
+        return merged
+
+    def __ior__(self, other: Any) -> KindDict:
+        self.update(other)
+        return self
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        return super().setdefault(kind_key(key), default)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        return super().pop(kind_key(key), *default)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(kind_key(key))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         super().__setitem__(kind_key(key), value)
