@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from workbench import RNNConfig, build_model, build_rnn, capture_attention, hooks_remaining, preset
+from workbench.errors import SiteNameError
+from workbench.inspect.site_cache import SiteCache
 
 
 @pytest.fixture
@@ -63,6 +65,51 @@ def test_selection_and_optional_fields(model_and_batch):
     with pytest.raises(ValueError, match="unknown attention kinds"):
         with capture_attention(model, kinds=["encoder"]):
             pass
+
+
+def test_one_kind_may_be_given_as_a_string(model_and_batch):
+    model, src, tgt = model_and_batch
+    with capture_attention(model, kinds="dec.cross") as one, capture_attention(model, kinds=["dec.cross"]) as listed:
+        model(src, tgt)
+    assert list(one) == list(listed) == ["dec.0.cross.pattern", "dec.1.cross.pattern"]
+    assert torch.equal(one.stack("dec.cross"), listed.stack("dec.cross"))
+    with pytest.warns(DeprecationWarning, match="'cross'"):
+        with capture_attention(model, kinds="cross") as old:
+            model(src, tgt)
+    assert list(old) == list(one)
+    with pytest.raises(SiteNameError, match=r"unknown attention kinds \['dec.crosss'\]"):
+        with capture_attention(model, kinds="dec.crosss"):
+            pass
+    assert hooks_remaining(model) == 0
+
+
+def test_stack_of_nothing_recorded_says_so(model_and_batch):
+    model, src, tgt = model_and_batch
+    with capture_attention(model, kinds=["dec.cross"]) as cache:
+        model(src, tgt)
+    for kind, expected in (("enc.resid", "'enc.\\*.resid' was not recorded.*resid=True"),
+                           ("enc.self", "'enc.\\*.self.pattern' was not recorded")):
+        with pytest.raises(SiteNameError, match=expected) as info:
+            cache.stack(kind)
+        assert "\n" not in str(info.value) and "recorded: dec.0.cross.pattern" in str(info.value)
+    with pytest.raises(SiteNameError, match="'dec.\\*.cross.q' was not recorded"):
+        cache.stack("dec.cross", "q")
+    with pytest.raises(SiteNameError, match="this cache has nothing"):
+        SiteCache().stack("dec.cross")
+
+
+def test_stack_takes_the_layers_where_its_field_was_recorded():
+    cache = SiteCache({"dec.cross": 3})
+    q0, q1, p1 = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 5)
+    cache._record("dec.0.cross.q", q0)
+    cache._record("dec.1.cross.q", q1)
+    cache._record("dec.1.cross.pattern", p1)
+    assert cache.layers("dec.cross") == [0, 1]
+    assert cache.layers("dec.cross", "pattern") == [1]
+    assert torch.equal(cache.stack("dec.cross"), p1[None])  # the weights: layer 1 alone
+    assert torch.equal(cache.stack("dec.cross", "q"), torch.stack([q0, q1]))
+    with pytest.raises(SiteNameError, match="unknown field 'weights'"):
+        cache.stack("dec.cross", "weights")
 
 
 def test_residual_stream(model_and_batch):

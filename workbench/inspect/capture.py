@@ -87,7 +87,7 @@ def _resolve_layers(layers: Sequence[int] | int | None, n: int) -> set[int]:
 @contextlib.contextmanager
 def capture_attention(
     model: nn.Module,
-    kinds: Iterable[str] | None = None,
+    kinds: str | Iterable[str] | None = None,
     layers: Sequence[int] | int | None = None,
     scores: bool = False,
     qkv: bool = False,
@@ -97,8 +97,9 @@ def capture_attention(
 
     Args:
         model: a :class:`~workbench.model.Transformer` or :class:`~workbench.rnn.RNNSeq2Seq`.
-        kinds: subset of ``("enc.self", "dec.self", "dec.cross")`` (and ``"enc.resid"``, ``"dec.resid"``); None
-            records every attention the model has (the GRU baseline's one attention is ``"dec.cross"``).
+        kinds: subset of ``("enc.self", "dec.self", "dec.cross")`` (and ``"enc.resid"``, ``"dec.resid"``), or one
+            of them as a string; None records every attention the model has (the GRU baseline's one attention is
+            ``"dec.cross"``).
         layers: layer indices to record (negatives count from the end); None records all.
         scores: also record the scaled pre-softmax scores ``QK^T / sqrt(d_k)`` (before masking).
         qkv: also record per-head queries, keys and values (B, H, T, d_head); values (B, H, T, d_v).
@@ -110,6 +111,8 @@ def capture_attention(
     Raises:
         SiteNameError: an unknown kind, or one this model does not have (the message lists the valid ones).
     """
+    if isinstance(kinds, str):  # one kind, not its letters
+        kinds = [kinds]
     blocks = list(sites(model))
     present: dict[str, int] = {}
     for kind, layer, _, _ in blocks:

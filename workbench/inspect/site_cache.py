@@ -70,15 +70,27 @@ class SiteCache(Mapping):
     def __len__(self) -> int:
         return len(self._calls)
 
-    def layers(self, kind: str) -> list[int]:
-        """The layers recorded for a kind (``"dec.cross"``; old spellings such as ``"cross"`` warn)."""
+    def layers(self, kind: str, field: str | None = None) -> list[int]:
+        """The layers recorded for a kind (``"dec.cross"``; old spellings such as ``"cross"`` warn): those where
+        any of its fields was recorded, or with ``field`` (``"pattern"``) those where that one was."""
         kind = kind_name(kind)
-        return sorted({layer for name in self._calls for k, layer, _ in [split_site(name)] if k == kind})
+        return sorted({layer for name in self._calls for k, layer, f in [split_site(name)]
+                       if k == kind and (field is None or f == field)})
 
     def stack(self, kind: str, field: str | None = None) -> Tensor:
-        """All recorded layers of one kind stacked: (L, B, H, Tq, Tk) for attention weights."""
+        """All recorded layers of one kind stacked: (L, B, H, Tq, Tk) for attention weights (``field`` None: the
+        ``"pattern"``; the layers are those where that field was recorded).
+
+        Raises:
+            SiteNameError: a misspelt kind or field, or no layer of it was recorded (the message says what was).
+        """
         kind = kind_name(kind)
-        return torch.stack([self[(kind, layer) if field is None else (kind, layer, field)] for layer in self.layers(kind)])
+        first = site_name((kind, 0) if field is None else (kind, 0, field))  # checks the field; the default one
+        wanted = split_site(first)[2]
+        layers = self.layers(kind, wanted)
+        if not layers:
+            raise SiteNameError(self._missing(first.replace(".0.", ".*.", 1)))
+        return torch.stack([self[(kind, layer) if wanted is None else (kind, layer, wanted)] for layer in layers])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} sites: {describe_sites(self._calls)})"
