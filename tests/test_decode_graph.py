@@ -35,19 +35,21 @@ def _fixed_on_cpu(monkeypatch, used: list[int]) -> None:
     monkeypatch.setattr(FixedStep, "__init__", counting)
 
 
-@pytest.mark.parametrize("kind", ["greedy", "beam"])
+@pytest.mark.parametrize("kind", ["greedy", "beam", "beam, keep_finished"])
 def test_fixed_shape_step_finds_the_ordinary_steps_tokens(model, src, kind, monkeypatch):
     monkeypatch.setattr(decode, "drops_rows", lambda device: False)  # the batch keeps its shape, as on CUDA
+    kept = kind.endswith("keep_finished")
     if kind == "greedy":
         want = decode.greedy_decode(model, src, max_extra=10)
     else:
-        want, want_scores = decode.beam_search(model, src, beam=4, max_extra=10, return_scores=True)
+        want, want_scores = decode.beam_search(model, src, beam=4, max_extra=10, return_scores=True, keep_finished=kept)
     used: list[int] = []
     _fixed_on_cpu(monkeypatch, used)
     if kind == "greedy":
         got = decode.greedy_decode(model, src, max_extra=10, graphs=True)
     else:
-        got, got_scores = decode.beam_search(model, src, beam=4, max_extra=10, return_scores=True, graphs=True)
+        got, got_scores = decode.beam_search(model, src, beam=4, max_extra=10, return_scores=True, graphs=True,
+                                             keep_finished=kept)
         torch.testing.assert_close(got_scores, want_scores, rtol=1e-5, atol=1e-5)
     assert used == [1]  # the fixed step ran, once for the batch
     assert torch.equal(got, want)
@@ -77,3 +79,65 @@ def test_slot_cache_writes_at_its_position_and_keeps_its_buffers():
     k_buf[1, :, 0] = 7.0
     cache.reorder(torch.tensor([1, 1]))  # beam reordering: in place (a captured graph reads these addresses)
     assert cache.k.data_ptr() == address and torch.equal(cache.k[0], cache.k[1]) and cache.k[0, 0, 0, 0] == 7.0
+
+
+def test_graph_is_captured_and_replayed_on_the_memorys_device(model, src, monkeypatch):
+    """With another CUDA device current, the step still captures and replays on its memory's device, on a stream
+    of that device. No GPU here: torch.cuda's device switch, streams and graph are stood in for (recording which
+    device is current at each call); the step itself runs eagerly on the CPU."""
+    current, events = ["cuda:0"], []
+
+    class Device:  # torch.cuda.device
+        def __init__(self, device):
+            self.device = str(device)
+
+        def __enter__(self):
+            self.before, current[0] = current[0], self.device
+
+        def __exit__(self, *exc):
+            current[0] = self.before
+
+    class Stream:
+        def __init__(self, device=None):
+            self.device = current[0] if device is None else str(device)
+
+        def wait_stream(self, other):
+            events.append(("wait", current[0], self.device, other.device))
+
+    class Graph:  # torch.cuda.CUDAGraph
+        def replay(self):
+            events.append(("replay", current[0]))
+
+    class Capture:  # torch.cuda.graph
+        def __init__(self, graph, pool=None, stream=None):
+            self.stream = stream if stream is not None else Stream()
+
+        def __enter__(self):
+            events.append(("capture", current[0], self.stream.device))
+
+        def __exit__(self, *exc):
+            pass
+
+    class OnStream:  # torch.cuda.stream
+        def __init__(self, stream):
+            events.append(("warm-up", current[0], stream.device))
+
+        def __enter__(self):
+            pass
+
+        def __exit__(self, *exc):
+            pass
+
+    for name, fake in (("device", Device), ("Stream", Stream), ("CUDAGraph", Graph), ("graph", Capture),
+                       ("stream", OnStream), ("current_stream", lambda device=None: Stream(device))):
+        monkeypatch.setattr(torch.cuda, name, fake)
+    mask = model.src_mask(src)
+    step = FixedStep(model, model.encode(src, mask), mask, 8)
+    step.graphs, step.device = True, torch.device("cuda:1")  # as if its memory lived on the second GPU
+    token = torch.full((src.shape[0], 1), 2)
+    step(token, 0)  # eager
+    step(token, 1)  # captures, then replays
+    step(token, 2)  # replays
+    assert events and all(device == "cuda:1" for event in events for device in event[1:]), events
+    assert [e[0] for e in events] == ["wait", "warm-up", "wait", "capture", "replay", "replay"]
+    assert current == ["cuda:0"]  # the caller's device is current again

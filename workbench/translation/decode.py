@@ -152,7 +152,8 @@ def beam_search(
     beam search with ``length_penalty=0.0``, ``early_stopping=False`` and the same length limit (see
     :func:`_beam_search_kept` and tests/test_bridges.py).
 
-    ``graphs=True`` replays the steps after the first as a captured CUDA graph on CUDA (as :func:`greedy_decode`).
+    ``graphs=True`` replays the steps after the first as a captured CUDA graph on CUDA (as :func:`greedy_decode`),
+    with ``keep_finished`` too; without ``on_step`` (a traced search runs eagerly).
 
     Shapes:
         src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
@@ -165,7 +166,7 @@ def beam_search(
                                 "default beam without early stopping instead")
         with _eval_mode(model):
             return _beam_search_kept(model, src, beam, alpha, bos_id, eos_id, max_extra, max_len, use_cache,
-                                     return_scores)
+                                     return_scores, graphs)
     with _eval_mode(model):
         B, K, device = src.shape[0], beam, src.device
         src_mask = model.src_mask(src)
@@ -306,7 +307,8 @@ _NEG = -1.0e9  # "impossible" as transformers writes it (a finite number, so sum
 
 
 def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id: int, eos_id: int, max_extra: int,
-                      max_len: int | None, use_cache: bool, return_scores: bool) -> Tensor | tuple[Tensor, Tensor]:
+                      max_len: int | None, use_cache: bool, return_scores: bool,
+                      graphs: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Beam search with a separate store of finished hypotheses, step for step as transformers' ``generate``:
 
     1. the 2K best continuations of the K running hypotheses (accumulated log-probabilities);
@@ -314,6 +316,9 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
     3. those among the first K that end enter the store (score / lp(length)) if they beat its worst;
     4. a sentence stops when its store is full and the best running hypothesis, at its best possible normalised
        score, cannot beat the store's worst; the search stops when every sentence has, or at the length limit.
+
+    The batch keeps its B*K rows throughout (beams move only inside their sentence), so ``graphs=True`` replays
+    the steps after the first as a captured CUDA graph on CUDA, as in :func:`beam_search`.
 
     Shapes:
         src (B, S) -> (B, T) best finished hypothesis (eos included, pad after), [scores (B,)]
@@ -324,7 +329,8 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
     limits = _step_limits(model, src, max_extra, max_len)  # (B,)
     expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
     T = int(limits.max())
-    step = _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache, capacity=T)
+    step = _Stepper(model, memory.index_select(0, expand), src_mask.index_select(0, expand), use_cache, capacity=T,
+                    graphs=graphs)
     seqs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
     running = torch.full((B, K), _NEG, device=device)
     running[:, 0] = 0.0  # all beams start identical: keep one alive at first

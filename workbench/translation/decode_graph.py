@@ -86,7 +86,7 @@ class FixedStep:
         if graphs and memory.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device: use graphs=False elsewhere")
         self.model, self.memory, self.src_mask, self.capacity = model, memory, src_mask, capacity
-        device = memory.device
+        self.device = device = memory.device  # the graph is captured and replayed on it, whichever device is current
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
         self.positions = torch.arange(capacity, device=device)
         self.cache = DecoderCache([LayerCache(self_attn=SlotKVCache(capacity, self.pos)) for _ in model.decoder_layers])
@@ -112,22 +112,26 @@ class FixedStep:
         self.pos.fill_(t)
         if not self.graphs or t == 0:
             return self._forward(token)
-        if self._graph is None:
-            self._capture(token)
-        assert self._token is not None and self._out is not None
-        self._token.copy_(token)
-        self._graph.replay()
+        with torch.cuda.device(self.device):  # streams and the replay on the model's device, not the current one
+            if self._graph is None:
+                self._capture(token)
+            assert self._token is not None and self._out is not None
+            self._token.copy_(token)
+            self._graph.replay()
         return self._out
 
     def _capture(self, token: Tensor) -> None:
+        """Capture the step on ``self.device`` (the caller makes it the current device)."""
         self._token = token.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm-up outside the graph (writes this step's keys: the replay rewrites them)
             self._forward(self._token)
-        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.current_stream(self.device).wait_stream(side)
         self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
+        # captured on a stream of this device (torch.cuda.graph's default stream is made once, on whichever device
+        # was current at the first capture in the process)
+        with torch.cuda.graph(self._graph, stream=side):
             self._out = self._forward(self._token)
 
     def reorder(self, index: Tensor) -> None:

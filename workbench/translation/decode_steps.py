@@ -262,14 +262,14 @@ def top_per_row(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     The row is read as ``C = 64`` strided groups (group ``c`` holds columns ``c, c + C, c + 2C, ...``); a vectorised
     max over the groups ranks them, and the k largest values of the row lie in the k groups with the largest maxima
     (were one in another group, k groups would each hold a value at least as large). The final ``topk`` then looks
-    at those k groups only. Among equal values the columns returned may differ from ``torch.topk``'s (which leaves
-    that order unspecified too).
+    at those k groups only, so it needs ``k < C``; a larger ``k`` (a beam of 64 or more) takes ``torch.topk``. Among
+    equal values the columns returned may differ from ``torch.topk``'s (which leaves that order unspecified too).
 
     Shapes:
         x (R, V) -> values (R, k), columns (R, k)
     """
     R, V = x.shape
-    if V % _CHUNK or V // _CHUNK < k or x.device.type != "cpu":
+    if V % _CHUNK or k >= _CHUNK or x.device.type != "cpu":  # the k best of C groups: k < C (and k <= V)
         return x.topk(k, dim=-1)
     groups = x.view(R, V // _CHUNK, _CHUNK)  # (R, n, C): groups[r, :, c] is group c of row r
     _, best = groups.amax(1).topk(k, dim=-1)  # (R, k) the groups with the largest maxima
