@@ -10,7 +10,7 @@ import torch
 
 from workbench.errors import PatchingError
 from workbench.inspect.greedy_trace import trace_greedy
-from workbench.inspect.lens import logit_lens
+from workbench.inspect.lens import TunedLens, logit_lens
 from workbench.inspect.lens_paths import beam_tree_leads, leads_from, lens_steps
 from workbench.translation.decode_trace import trace_beam
 from workbench.translation.shipped import load_any
@@ -105,6 +105,43 @@ def test_beam_tree_leads_match_the_lens_of_each_prefix(small, sentence):
             expected = next(layer for layer in range(len(top)) if bool(top[layer:].all()))
         assert leads[node.id] == expected, (node, trace.hypothesis(node.id))
     assert never > 0  # a beam keeps lower-ranked extensions: some words never lead
+
+
+@pytest.mark.parametrize("tuned", [False, True])
+def test_beam_tree_leads_read_out_only_each_parents_last_position(small, tuned):
+    """The leads are those of the lens read at every position of the parents' prefixes (logit_lens, as before),
+    while the read-out projects one row per parent and layer: no (L, P, T, V) logits. (Each prefix read on its
+    own: test_beam_tree_leads_match_the_lens_of_each_prefix.)"""
+    model, tok = small
+    src_ids = tok.encode_src(SENTENCES[1:])[0]
+    src = torch.tensor([src_ids])
+    trace = trace_beam(model, src, beam=3, bos_id=tok.bos_id, eos_id=tok.eos_id)
+    lens = None
+    if tuned:  # translators that move the read-out: a lens that is not the identity
+        lens = TunedLens.for_model(model)
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            lens.weight.copy_(torch.randn(lens.weight.shape, generator=g) * 0.05)
+            lens.bias.copy_(torch.randn(lens.bias.shape, generator=g) * 0.05)
+    rows: list[int] = []  # rows each call of the output projection reads
+    handle = model.generator.register_forward_hook(lambda _m, inp, _out: rows.append(inp[0].shape[:-1].numel()))
+    try:
+        leads = beam_tree_leads(model, src_ids, trace, lens=lens)
+    finally:
+        handle.remove()
+    parents = {n.parent for n in trace.nodes[1:]}
+    assert rows == [len(parents)] * model.cfg.n_dec_layers
+    assert set(leads) == {n.id for n in trace.nodes[1:]}
+    order = sorted(parents)
+    prefixes = [[tok.bos_id, *trace.hypothesis(p)] for p in order]
+    tgt = torch.full((len(order), max(map(len, prefixes))), model.pad_id)  # (P, T) right-padded
+    for row, prefix in enumerate(prefixes):
+        tgt[row, :len(prefix)] = torch.tensor(prefix)
+    every = logit_lens(model, src.expand(len(order), -1), tgt, lens=lens)  # (L, P, T, V) every position
+    at_last = every[:, torch.arange(len(order)), torch.tensor([len(p) - 1 for p in prefixes])]  # (L, P, V)
+    for node in trace.nodes[1:]:
+        expected = leads_from(at_last[:, order.index(node.parent), None, None], torch.tensor([[node.token]]))
+        assert leads[node.id] == int(expected), node
 
 
 def test_figure_and_widget(small):

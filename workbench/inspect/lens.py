@@ -107,9 +107,13 @@ def _rows(src: Tensor, tgt: Tensor, model: nn.Module | None = None) -> tuple[Ten
 
 
 @torch.no_grad()
-def decoder_states(model: nn.Module, src: Tensor, tgt: Tensor,
-                   layers: Sequence[int] | None = None) -> tuple[list[Tensor], Tensor]:
+def decoder_states(model: nn.Module, src: Tensor, tgt: Tensor, layers: Sequence[int] | None = None, *,
+                   project: bool = True) -> tuple[list[Tensor], Tensor]:
     """The decoder residual stream after each layer and the model's logits, from one teacher-forced run.
+
+    Args:
+        project: False gives the decoder's final states (B, T, d_model) instead of the logits, so that no
+            (B, T, V) tensor is made (``model(src, tgt, project=False)``).
 
     Returns:
         (states, logits): ``states[i]`` is ``dec.{layers[i]}.resid``, (B, T, d_model); logits (B, T, V).
@@ -122,7 +126,7 @@ def decoder_states(model: nn.Module, src: Tensor, tgt: Tensor,
     model.eval()
     try:
         with _recording(model, chosen, store, detach=True):
-            logits = model(src, tgt)  # (B, T, V)
+            logits = model(src, tgt) if project else model(src, tgt, project=False)  # (B, T, V) or (B, T, D)
     finally:
         model.train(was_training)
     return [store[layer] for layer in chosen], logits

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from workbench.errors import PatchingError
 from workbench.inspect.capture import capture_attention
-from workbench.inspect.lens import TunedLens, logit_lens
+from workbench.inspect.lens import TunedLens, _read_out, decoder_states, logit_lens
 
 __all__ = ["LensSteps", "beam_tree_leads", "leads_from", "lens_steps"]
 
@@ -129,7 +129,8 @@ def beam_tree_leads(model: nn.Module, src: Sequence[int] | Tensor, trace: Any, l
     """For every node of a beam search's tree, the decoder layer from which its word leads (-1: never).
 
     Each parent's prefix (bos and its hypothesis) is read once; its last position's lens gives the layer for all
-    of its children, kept, finished or pruned.
+    of its children, kept, finished or pruned. Only that position is read out (L x parents x V logits, not that
+    times the prefix length): the same logits as :func:`~workbench.inspect.lens.logit_lens` at that position.
     """
     nodes = getattr(trace, "nodes", None)
     if not nodes:
@@ -145,9 +146,13 @@ def beam_tree_leads(model: nn.Module, src: Sequence[int] | Tensor, trace: Any, l
     for row, prefix in enumerate(prefixes):
         tgt[row, :len(prefix)] = torch.tensor(prefix)
     s = src_t[None].expand(len(prefixes), -1).to(device)  # (P, S)
-    lens_logits = logit_lens(model, s, tgt.to(device), lens=lens).cpu()  # (L, P, T, V)
-    last = torch.tensor([len(p) - 1 for p in prefixes])  # (P,)
-    at_last = lens_logits[:, torch.arange(len(prefixes)), last]  # (L, P, V)
+    if lens is not None:
+        lens.check_model(model)
+    states, _ = decoder_states(model, s, tgt.to(device), project=False)  # L x (P, T, D), no (P, T, V) logits
+    rows = torch.arange(len(prefixes), device=device)  # (P,)
+    last = torch.tensor([len(p) - 1 for p in prefixes], device=device)  # (P,)
+    at_last = torch.stack([_read_out(model, lens.translate(h[rows, last], layer) if lens is not None else h[rows, last])
+                           for layer, h in enumerate(states)]).cpu()  # (L, P, V)
     row_of = {p: r for r, p in enumerate(parents)}
     out: dict[int, int] = {}
     for node in nodes[1:]:
