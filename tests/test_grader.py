@@ -252,6 +252,9 @@ HOG = "import torch\ndef attend_with_cache(x_new, cache, W_q, W_k, W_v):\n    bi
       "    return big"
 FORKER = ("import os, time\ndef greedy_loop(next_logits, bos_id, eos_id, max_len):\n    for _ in range(1000):\n"
           "        if os.fork() == 0:\n            time.sleep(600)\n            os._exit(0)\n    return []")
+# its process ends mid-check, after leaving a folder where the worker keeps its observations
+CRASHER = ("import os\ndef padding_mask(tokens, pad_id, _=os.makedirs('obs-9', exist_ok=True)):\n"
+           "    os.makedirs('child-7', exist_ok=True)\n    os._exit(3)")
 VANDAL = """import os, shutil, socket
 def padding_mask(tokens, pad_id):
     for path in {targets!r}:
@@ -283,6 +286,7 @@ def hostile(tmp_path_factory):
     student(cls / "looper", {**right, **HOSTILE})
     student(cls / "hog", {**right, "attend_with_cache": HOG})
     student(cls / "forker", {**right, "greedy_loop": FORKER})
+    student(cls / "crasher", {**right, "padding_mask": CRASHER})
     (REPO / "build").mkdir(exist_ok=True)
     instructor = Path(tempfile.mkdtemp(prefix="grader-canary-", dir=REPO / "build"))  # visible to the sandbox
     instructor.chmod(0o755)
@@ -328,7 +332,10 @@ def test_hostile_solutions_get_one_line_and_harm_nothing(hostile):
     assert statuses(book, "hog")["05.attend_with_cache"] == "failed"
     assert statuses(book, "forker")["05.greedy_loop"] == "failed"
     assert statuses(book, "vandal")["05.padding_mask"] == "failed"
-    for who in ("looper", "hog", "forker", "vandal"):
+    crasher = statuses(book, "crasher")  # one exercise's process ended: that one fails, named; the rest graded
+    assert crasher.pop("05.padding_mask") == "failed" and set(crasher.values()) == {"passed"}, hints(book, "crasher")
+    assert "exit status 3" in hints(book, "crasher")["05.padding_mask"], hints(book, "crasher")
+    for who in ("looper", "hog", "forker", "vandal", "crasher"):
         assert all(h and "\n" not in h for h in hints(book, who).values() if h), hints(book, who)
     assert canary.read_text() == "the instructor's file"
     assert {p: p.read_bytes() for p in before if p.exists()} == before  # no student file changed or removed

@@ -70,3 +70,15 @@ def test_an_old_notebook_name_is_graded_as_the_lessons_that_hold_it_now():
     numbers, note = lessons_of("13_activation_patching")
     assert numbers == ("14", "15") and "before the lessons were renumbered" in note and "14 and 15" in note
     assert lessons_of("15_bpe_and_batching")[0] == ("08",)
+
+
+def test_an_old_copy_is_graded_only_on_the_exercises_and_prompts_it_holds():
+    """A copy of old lesson 13 holds 13.patch_hook and 13.best_layer: the exercise and prompts added since (15's
+    interval, 14's noising prompt) are not in it and must not be graded as missing; old 17 had none."""
+    from workbench.lessons.exercises.renumbered import held_ids
+
+    assert held_ids("13_activation_patching") == {"14.patch_hook", "15.best_layer"}
+    assert held_ids("17_where_translation_is_decided") == set()
+    assert held_ids("15_bpe_and_batching") == {"08.apply_merges", "08.padding_stats", "08.pieces_8000"}
+    assert held_ids("14_activation_patching") is None  # today's name: everything of its lesson
+    assert {"15.corrected_interval", "14.noising_breaks"} <= set(ex.EXERCISES) | set(ex.PREDICTIONS)

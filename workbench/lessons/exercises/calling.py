@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import signal
 import sys
 import threading
@@ -86,15 +87,37 @@ def _trap_code(name: str) -> types.CodeType:
     return namespace["trap"].__code__
 
 
+def _mistake_helpers(ex: Any) -> list[types.FunctionType]:
+    """The functions of the exercise modules that the planted mistakes call (``variants``' partials of one
+    parametrised implementation, right at its defaults): a student must not reach the answer through them."""
+    found: dict[int, types.FunctionType] = {}
+    for mistake in getattr(ex, "mistakes", ()):
+        fn = mistake.fn
+        while isinstance(fn, functools.partial):
+            fn = fn.func
+        if isinstance(fn, types.FunctionType) and fn.__module__.startswith("workbench.lessons.exercises"):
+            found.setdefault(id(fn), fn)
+    return list(found.values())
+
+
 @contextlib.contextmanager
 def _package_answer_unavailable(ex: Any, fn: Callable[..., Any]) -> Iterator[None]:
-    """While the block runs, the package's answer (the exercise's reference and every name in ``ex.package``) raises
+    """While the block runs, the package's answer (the exercise's reference, every name in ``ex.package`` and the
+    functions its planted mistakes are written with, which give the right answer at their default settings) raises
     :class:`PackageAnswerCalled` wherever the student's code could reach it: in every ``workbench`` module that holds
-    it (re-exports included), on its class, and in the student's function's globals."""
+    it (re-exports included), on its class, in the student's function's globals, and through any other alias (the
+    function objects' code is swapped).
+
+    This stops reuse of the package's answer, direct or through an alias; it is not a defence against deliberate
+    circumvention (loading a second copy of a module from its file, digging the original code out of the garbage
+    collector). Such code is plain to see in the notebook; the grader runs each exercise in a process of its own.
+    """
     targets: list[tuple[str, Any]] = [(f"the exercise's own reference ({ex.id})", ex.reference)]
     resolved = [(dotted, *_resolve(dotted)) for dotted in ex.package]  # before anything is patched
     for dotted, _owner, _attr, value in resolved:
         targets.append((dotted, value))
+    for helper in _mistake_helpers(ex):
+        targets.append((f"{helper.__module__}.{helper.__qualname__}", helper))
     originals = {id(v): v for _, v in targets}
     names = {id(v): n for n, v in targets}
 

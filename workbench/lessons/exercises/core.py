@@ -374,6 +374,8 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None) -> Check
         if kind == "time limit":
             return result(FAILED, f"ran past the time limit of {text} s (on input '{where}'): look for a loop over "
                           "elements that a tensor operation could do")
+        if kind == "process ended":  # the grader's process for this exercise (workbench.tools.grading.worker)
+            return result(FAILED, f"stopped the check: its process {text}")
         return result(FAILED, f"raised {text} (on input '{where}')")
     if len(entries) != len(cases) or [e.get("name") for e in entries] != [c.name for c in cases]:
         raise ValueError("the observation's inputs are not this exercise's")

@@ -53,3 +53,14 @@ def lessons_of(stem: str) -> tuple[tuple[str, ...], str]:
         return numbers, (f"{stem} is a notebook name from before the lessons were renumbered: graded as lesson"
                          f"{'s' if len(numbers) > 1 else ''} {' and '.join(numbers)}")
     return (stem.split("_", 1)[0],), ""
+
+
+def held_ids(stem: str) -> set[str] | None:
+    """For a notebook name from before the renumbering, the (new) ids of the exercises and predictions such a copy
+    holds: exercises and prompts added since are not in it, so they are not graded as missing. None for a current
+    name (everything of its lesson)."""
+    if stem not in OLD_NOTEBOOKS:
+        return None
+    number = stem.split("_", 1)[0]
+    return {new for old, new in OLD_IDS.items() if old.split(".", 1)[0] == number}
+

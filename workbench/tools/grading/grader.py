@@ -188,7 +188,8 @@ def _stall_watch(folder: Path, opts: GradeOptions) -> Callable[[], str | None]:
 def _work(job: dict[str, Any], folder: Path, opts: GradeOptions, hide: Sequence[Path], seconds: float,
           watch: Callable[[], str | None] | None = None) -> tuple[sandbox.RunResult, sandbox.Limits]:
     """Write ``job`` into ``folder`` and run the worker on it in the sandbox for at most ``seconds``."""
-    (folder / "job.json").write_text(json.dumps(job))
+    # in its own PID namespace the worker may end whatever a child left running (it reaches nothing outside)
+    (folder / "job.json").write_text(json.dumps({**job, "own_pid_namespace": sandbox.probe().namespaces}))
     limits = dataclasses.replace(opts.limits, wall_seconds=seconds, cpu_seconds=int(seconds) + 1)
     argv = [*WORKER, sandbox.inside(folder / "job.json", folder)]
     return sandbox.run(argv, folder, limits, hide=hide, watch=watch), limits
@@ -233,14 +234,15 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
         "not attempted", "not run" or "missing"; ``ran`` is None in the checks-only mode.
     """
     from workbench.lessons import exercises as ex
-    from workbench.lessons.exercises.renumbered import lessons_of
+    from workbench.lessons.exercises.renumbered import held_ids, lessons_of
 
     sub = read_submission(student, folder, name)
     numbers, renamed = lessons_of(name)  # a notebook named before the renumbering: the lessons that hold it now
     if renamed:
         warnings.warn(renamed, FutureWarning, stacklevel=2)
-    ids = [i for n in numbers for i in _exercises(n)]
-    predictions = {k: v for n in numbers for k, v in _predictions(n).items()}
+    held = held_ids(name)  # an old copy holds only the exercises and prompts of its time
+    ids = [i for n in numbers for i in _exercises(n) if held is None or i in held]
+    predictions = {k: v for n in numbers for k, v in _predictions(n).items() if held is None or k in held}
     seed = student_seed(student) if opts.seed == "student" else int(opts.seed)
     note = "; ".join(x for x in (sub.note, renamed) if x)
     record: dict[str, Any] = {"student": student, "notebook": name, "file": sub.file, "note": note, "seed": seed,

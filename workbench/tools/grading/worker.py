@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+CHILD_BYTES = 64 * 2**20  # a child's observation larger than this is not loaded (the grader's own cap)
 
 
 def run_checks(job: dict[str, Any], folder: Path) -> None:
@@ -65,17 +69,71 @@ def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
-        os.waitpid(child, 0)
+        _, status = os.waitpid(child, 0)
+        if job.get("own_pid_namespace"):
+            _end_leftovers()  # what the child started (a process that could outlive it) ends with it
+        observation = _child_observation(folder, k, exercise_id, job["seed"], status, torch)
+        observations[k] = observation
         try:
-            observation = torch.load(folder / f"child-{k}.pt", weights_only=True)
-            observations[k] = observation
             passed = ex.judge(exercise_id, observation).status == ex.PASSED
-        except Exception:  # noqa: BLE001 (no file, or not this exercise's: the grader says so; here it only failed)
+        except Exception:  # noqa: BLE001 (not this exercise's observation: the grader says so; here it only failed)
             passed = False
         if not passed:
             failed.append(exercise_id)
         _publish(folder, observations, torch)  # obs-K.pt appears as each exercise ends: the grader watches for it
     _publish(folder, observations, torch)
+
+
+def _end_leftovers() -> None:
+    """Kill every other process of the sandbox's PID namespace and reap them (the worker is its PID 1 there, so this
+    reaches the sandbox's processes only: never call it outside the namespace)."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _ended(status: int) -> str:
+    """How a child ended, in words, from its ``waitpid`` status."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        hint = " (the memory or CPU limit?)" if sig in (signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV) else ""
+        return f"was killed by {name}{hint} before recording what the function did"
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+    return (f"ended with exit status {code} before recording what the function did (does it call sys.exit or "
+            "os._exit?)")
+
+
+def _child_observation(folder: Path, k: int, exercise_id: str, seed: int, status: int, torch: Any) -> dict[str, Any]:
+    """The observation child ``k`` handed over, or one saying why there is none (it crashed, was killed, left, or
+    wrote something too large or not plain data): every exercise gets an observation, so one crash fails only its own
+    exercise and the grader names why."""
+    path = folder / f"child-{k}.pt"
+    why = None
+    if not path.is_file():
+        why = _ended(status)
+    elif path.stat().st_size > CHILD_BYTES:
+        why = f"recorded an observation over {CHILD_BYTES // 2**20} MB (outputs far larger than the reference's?)"
+    else:
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 (the child's file: it may hold anything)
+            why = f"recorded an observation that is not plain data ({type(exc).__name__})"
+    from workbench.lessons.exercises.core import N_DRAWS
+
+    return {"exercise": exercise_id, "seed": int(seed), "n_draws": N_DRAWS, "cases": [],
+            "stopped": {"kind": "process ended", "text": why, "case": ""}}
 
 
 def _publish(folder: Path, observations: dict[int, Any], torch: Any) -> None:
@@ -85,7 +143,10 @@ def _publish(folder: Path, observations: dict[int, Any], torch: Any) -> None:
     ours = {f"obs-{k}.pt" for k in observations}
     for stray in [*folder.glob("obs-*"), *folder.glob("child-*")]:
         if stray.name not in ours:
-            stray.unlink(missing_ok=True)
+            if stray.is_dir() and not stray.is_symlink():
+                shutil.rmtree(stray, ignore_errors=True)
+            else:
+                stray.unlink(missing_ok=True)
     for k, observation in observations.items():
         torch.save(observation, folder / f"obs-{k}.tmp")
         os.replace(folder / f"obs-{k}.tmp", folder / f"obs-{k}.pt")
