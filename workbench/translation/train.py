@@ -373,8 +373,12 @@ def _read_loss(run: _Run, epoch: int, loss: Tensor) -> float:
     training with a clear error when it is not finite."""
     value = float(loss)
     if not math.isfinite(value):
+        every = run.cfg.log_every
+        when = (f"step {run.step}" if every <= 1 else
+                f"step {run.step} (read every {every} steps: it may have turned non-finite up to {every - 1} steps "
+                "earlier; log_every=1 finds the first)")
         raise TrainingError(
-            f"loss became {value} at epoch {epoch + 1}, step {run.step}: training stopped. The last good "
+            f"loss became {value} by epoch {epoch + 1}, {when}: training stopped. The last good "
             f"checkpoint{' in ' + str(run.out) if run.out else ''} is kept; lower lr_factor, raise warmup_steps or "
             "check the data"
         )
