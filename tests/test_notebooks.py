@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -688,3 +689,17 @@ def test_cli_shows_one_progress_bar_and_the_table(tmp_path):
     assert re.search(r"^05_masked_attention\s+ok\s+[\d.]+ s$", proc.stdout, re.M), proc.stdout
     assert "notebooks: 100%" in proc.stderr  # the progress bar
     assert proc.stdout.strip().endswith(f"report: {tmp_path / 'reports' / 'index.html'}")
+
+
+@pytest.mark.notebook
+def test_a_cell_that_never_ends_fails_with_a_time_out_instead_of_hanging(tmp_path, monkeypatch):
+    """A stuck cell (here one that sleeps; in a book build, a kernel message lost under load) must end the notebook
+    as failed once the per-cell limit passes: by default :data:`DEFAULT_CELL_TIMEOUT`, never an endless wait."""
+    import workbench.tools.book.runner as runner
+
+    nb = _write_notebook(tmp_path / "01_stuck.ipynb", "import time\ntime.sleep(120)")
+    monkeypatch.setattr(runner, "DEFAULT_CELL_TIMEOUT", 3)  # the default applies when the caller sets none
+    t0 = time.perf_counter()
+    result = runner.run_notebook(nb, tmp_path / "out", html_report=False, quiet=True)
+    assert result["status"] == "failed" and "timed out" in result["error"].lower(), result
+    assert time.perf_counter() - t0 < 100

@@ -35,6 +35,11 @@ PATH_ENV_VARS = ("WORKBENCH_MULTI30K", "WORKBENCH_CACHE", "WORKBENCH_NOTEBOOKS")
 # kernel flag that keeps its start-up warnings (e.g. "running over TCP without encryption") off the console
 QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
+# seconds a single cell may run when the caller sets no limit: a cell of the series at default parameters takes a
+# few minutes at most, so one still running after this is stuck (e.g. a kernel message lost under heavy load), and
+# the run fails with a time-out instead of waiting for ever; 0 means no limit
+DEFAULT_CELL_TIMEOUT = 1800
+
 # seconds each notebook of the series took at default parameters, two at a time with one thread each, on an idle
 # 2-core CPU (bench/results/book/full-jobs2-9beb237.json); only the order in which side-by-side runs start uses them
 DEFAULT_SECONDS = {"01": 157, "02": 8, "03": 6, "04": 39, "05": 7, "06": 30, "07": 19, "09": 474, "10": 50, "11": 10,
@@ -159,7 +164,7 @@ def run_notebook(
         parameters: values for the ``parameters`` cell (checked with :func:`check_parameters` first).
         smoke: set ``SMOKE=True`` (small sizes, as CI runs it).
         kernel_name: Jupyter kernel (the ``python3`` kernelspec is installed for the user if missing).
-        timeout: seconds allowed per cell (None: no limit).
+        timeout: seconds allowed per cell (None: :data:`DEFAULT_CELL_TIMEOUT`; 0: no limit).
         html_report: also write the HTML export.
         raise_on_error: re-raise a failing cell's error instead of returning ``status="failed"``.
         threads: torch threads in the kernel (OMP_NUM_THREADS); None keeps torch's default (one per core).
@@ -198,7 +203,8 @@ def run_notebook(
         with _kernel_environment(threads, data_dir):
             papermill.execute_notebook(
                 str(path), str(executed), parameters=params, kernel_name=kernel, cwd=str(work),
-                progress_bar=False, log_output=False, execution_timeout=timeout, start_timeout=180,
+                progress_bar=False, log_output=False, start_timeout=180,
+                execution_timeout=DEFAULT_CELL_TIMEOUT if timeout is None else (timeout or None),
                 extra_arguments=list(QUIET_KERNEL_ARGS) if quiet else [],
             )
         result["status"] = "ok"
