@@ -41,9 +41,9 @@ QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 DEFAULT_CELL_TIMEOUT = 1800
 
 # seconds each notebook of the series took at default parameters, two at a time with one thread each, on an idle
-# 2-core CPU (bench/results/book/full-jobs2-9beb237.json); only the order in which side-by-side runs start uses them
-DEFAULT_SECONDS = {"01": 157, "02": 8, "03": 6, "04": 39, "05": 7, "06": 30, "07": 19, "09": 474, "10": 50, "11": 10,
-                   "12": 243, "13": 200, "14": 100, "15": 110}  # 14, 15: estimates (not yet in a timed book run)
+# 2-core CPU (bench/results/book/full-jobs2-aa13350.json); only the order in which side-by-side runs start uses them
+DEFAULT_SECONDS = {"01": 260, "02": 15, "03": 12, "04": 62, "05": 15, "06": 63, "07": 77, "08": 57, "09": 617,
+                   "10": 89, "11": 20, "12": 359, "13": 265, "14": 16, "15": 72, "16": 16, "17": 62, "18": 270}
 
 
 def kernel_name_for_this_python(preferred: str = "python3") -> str:
