@@ -5,5 +5,3 @@
 
 __version__ = "0.1.0"
 
-# the release that drops the site spellings from before workbench.model.sites (0.1.x accepts them with a warning)
-OLD_SITE_NAMES_REMOVED_IN = "0.2.0"

@@ -73,9 +73,6 @@ from typing import Any
 
 from torch import nn
 
-from workbench._version import (
-    OLD_SITE_NAMES_REMOVED_IN as REMOVED_IN,  # the release that drops the old spellings
-)
 from workbench.errors import SiteNameError
 
 __all__ = [
@@ -83,6 +80,8 @@ __all__ = [
     "expand_site", "kind_key", "kind_name", "model_sites", "site_kind", "site_name", "split_site",
 ]
 
+_REMOVED_IN_VERSION = (0, 2, 0)  # the release that drops the old spellings (0.1.x accepts them with a warning)
+REMOVED_IN = ".".join(map(str, _REMOVED_IN_VERSION))
 __doc__ = __doc__.replace("|REMOVED_IN|", REMOVED_IN)
 
 FIELDS = ("q", "k", "v", "scores", "pattern", "z")

@@ -152,8 +152,7 @@ def beam_search(
     beam search with ``length_penalty=0.0``, ``early_stopping=False`` and the same length limit (see
     :func:`_beam_search_kept` and tests/test_bridges.py).
 
-    ``graphs=True`` replays the steps after the first as a captured CUDA graph on CUDA (as :func:`greedy_decode`),
-    with ``keep_finished`` too; without ``on_step`` (a traced search runs eagerly).
+    ``graphs=True`` replays the later steps as a CUDA graph on CUDA (as greedy_decode; not with ``on_step``).
 
     Shapes:
         src (B, S) -> (B, T) best hypothesis per sentence (eos included, pad after), [scores (B,)]
@@ -310,15 +309,12 @@ def _beam_search_kept(model: Seq2Seq, src: Tensor, K: int, alpha: float, bos_id:
                       max_len: int | None, use_cache: bool, return_scores: bool,
                       graphs: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Beam search with a separate store of finished hypotheses, step for step as transformers' ``generate``:
-
     1. the 2K best continuations of the K running hypotheses (accumulated log-probabilities);
     2. the K best of them that do not end (no eos, length left) run on;
     3. those among the first K that end enter the store (score / lp(length)) if they beat its worst;
     4. a sentence stops when its store is full and the best running hypothesis, at its best possible normalised
-       score, cannot beat the store's worst; the search stops when every sentence has, or at the length limit.
-
-    The batch keeps its B*K rows throughout (beams move only inside their sentence), so ``graphs=True`` replays
-    the steps after the first as a captured CUDA graph on CUDA, as in :func:`beam_search`.
+       score, cannot beat the store's worst; the search stops when every sentence has, or at the length limit
+       (the batch keeps its B*K rows, so ``graphs=True`` replays the later steps as a CUDA graph).
 
     Shapes:
         src (B, S) -> (B, T) best finished hypothesis (eos included, pad after), [scores (B,)]
