@@ -358,6 +358,14 @@ def test_notebook_is_committed_without_outputs(path):
     assert "papermill" not in nb.metadata
 
 
+def test_notebooks_pass_nbstripout_verify():
+    """The same check as .ci/run: nbstripout also renumbers cell ids, which `jupytext --sync` leaves random."""
+    verify = subprocess.run(
+        [sys.executable, "-m", "nbstripout", "--verify", *map(str, NOTEBOOKS)], capture_output=True, text=True, check=False
+    )
+    assert verify.returncode == 0, f"run nbstripout on these: {verify.stdout.strip()}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_check_parameters_rejects_misspelt_and_ill_typed(path):
     check_parameters(path, {"SMOKE": True, "SEED": 3})  # fine
@@ -607,10 +615,10 @@ def test_notebook_matches_its_paired_text_file(path: Path) -> None:
     from_text = jupytext.read(text_file)
     from_ipynb = nbformat.read(path, as_version=4)
     pairs = list(zip(from_text.cells, from_ipynb.cells, strict=False))
-    assert len(from_text.cells) == len(from_ipynb.cells), f"{path.name}: cell counts differ; run `jupytext --sync {text_file}`"
+    assert len(from_text.cells) == len(from_ipynb.cells), f"{path.name}: cell counts differ; run `jupytext --sync {text_file}` then `nbstripout {path}`"
     for i, (a, b) in enumerate(pairs):
         assert (a.cell_type, a.source.strip()) == (b.cell_type, b.source.strip()), (
-            f"{path.name}: cell {i} differs from {text_file.name}; run `jupytext --sync {text_file}`"
+            f"{path.name}: cell {i} differs from {text_file.name}; run `jupytext --sync {text_file}` then `nbstripout {path}`"
         )
         assert a.metadata.get("tags", []) == b.metadata.get("tags", []), f"{path.name}: cell {i} tags differ"
 
