@@ -42,7 +42,7 @@
 # %% tags=["parameters"]
 SMOKE: bool = False  # tiny data and a few seconds of training (what CI runs)
 SEED: int = 0  # seeds every random draw in the notebook
-TRAIN_STEPS: int = 300  # optimizer steps per model, with and without attention (about a minute each on 2 CPU cores)
+TRAIN_STEPS: int = 200  # optimizer steps per model, with and without attention (about a minute each on one core)
 TRAIN_PAIRS: int = 12000  # Multi30k training pairs used (de -> en)
 D_MODEL: int = 256  # GRU state size
 
@@ -330,7 +330,7 @@ assert metrics["shipped_gru_mean_peak_weight"] > 3 * metrics["shipped_gru_unifor
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 01 -p TRAIN_STEPS=1200` — four times the training for both models: does the
+# * `workbench notebooks run --only 01 -p TRAIN_STEPS=800` — four times the training for both models: does the
 #   validation-loss gap between attention and the last-state baseline grow or shrink, and does the alignment heatmap
 #   of the notebook's own model start to look like the shipped `gru-de-en`'s?
 # * `workbench notebooks run --only 01 -p D_MODEL=64` — a four times narrower state, so a tighter bottleneck: in the

@@ -28,7 +28,7 @@
 SMOKE: bool = False  # tiny model, a few seconds of training (what CI runs)
 SEED: int = 0  # seeds every random draw
 CHECKPOINT: str = ""  # evaluate this checkpoint instead of training (e.g. runs/bench-small/averaged.pt)
-TRAIN_STEPS: int = 400  # Transformer optimizer steps (about 8 minutes on 2 CPU cores; the model is cached)
+TRAIN_STEPS: int = 400  # Transformer optimizer steps (about 9 minutes on one CPU core; the model is cached)
 MAX_TOKENS: int = 3072  # token budget of one training batch (source + target, padded)
 RNN_STEPS: int = 0  # optimizer steps of a recurrent baseline trained here on the same batches (0: skip; 400: ~5 min)
 N_TEST: int = 1000  # test_2016_flickr sentences to score; the split has 1000

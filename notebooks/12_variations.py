@@ -29,7 +29,7 @@
 # %% tags=["parameters"]
 SMOKE: bool = False  # tiny base model, a few steps per variant (what CI runs)
 SEED: int = 0  # seeds every random draw
-STEPS_PER_VARIANT: int = 150  # optimizer steps for every row, the same for all as in the paper's protocol
+STEPS_PER_VARIANT: int = 100  # optimizer steps for every row, the same for all as in the paper's protocol
 TRAIN_PAIRS: int = 29000  # Multi30k training pairs used
 N_VAL: int = 200  # validation sentences for perplexity, entropy and BLEU
 TABLE3_RESULTS: str = ""  # a bench/table3.py result file; "" reads the newest one committed in bench/results/table3/
@@ -355,8 +355,8 @@ if seeded is not None:
 # %% [markdown]
 # ## Try it
 #
-# * `workbench notebooks run --only 12 -p STEPS_PER_VARIANT=1000` — about seven times the steps for every row (and
-#   seven times the wait): which verdicts change, and does "no dropout is worse" start to agree with the paper?
+# * `workbench notebooks run --only 12 -p STEPS_PER_VARIANT=1000` — ten times the steps for every row (and
+#   ten times the wait): which verdicts change, and does "no dropout is worse" start to agree with the paper?
 # * `workbench notebooks run --only 12 -p SEED=1` — the whole table from other seeds: which verdicts survive a change
 #   of seed? Only those are worth reading at this budget.
 # * `workbench notebooks run --only 12 -p TRAIN_PAIRS=5000` — a sixth of the data on the same steps: the models now

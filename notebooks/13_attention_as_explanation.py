@@ -41,7 +41,7 @@ CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty
 SENTENCE: str = "Ein kleines Mädchen klettert in ein Spielhaus aus Holz."  # the sentence of sections 1 and 2
 CONTRAST_TARGET: str = "girl"  # a word of its translation to explain
 CONTRAST_FOIL: str = "boy"  # the word it is contrasted with: why the target and not this one?
-N_SENTENCES: int = 60  # test_2016_flickr sentences for the agreement study (SMOKE: 20; the time grows with it)
+N_SENTENCES: int = 40  # test_2016_flickr sentences for the agreement study (SMOKE: 20; the time grows with it)
 IG_STEPS: int = 32  # integrated-gradients steps over the test sentences (SMOKE: 16); section 1 also uses 4x
 N_ALIGN_PAIRS: int = 10000  # training pairs for the IBM Model 1 aligner (SMOKE: 2000)
 N_ABLATE: int = 4  # cross-attention heads switched off in each group of section 4
@@ -364,7 +364,7 @@ ex.predict("13.agreeing_heads_matter", PREDICT_AGREEING_HEADS_MATTER, "more" if 
 # %% [markdown]
 # ## What we found
 #
-# Read with the numbers printed above (the default run uses 60 test sentences; `bench/attention_vs_attribution.py`
+# Read with the numbers printed above (the default run uses 40 test sentences; `bench/attention_vs_attribution.py`
 # runs the same measurement on the whole test set).
 #
 # * **Attention and attribution agree far above chance, but position explains much of it.** Every attention summary

@@ -36,14 +36,14 @@
 SMOKE: bool = False  # tiny sizes everywhere (what CI runs)
 SEED: int = 0  # seeds the tuned lens's positions, the DAS rotations and the bootstrap
 CHECKPOINT: str = ""  # checkpoint file, run folder or shipped model name; empty: the shipped small-de-en
-N_LENS_TRAIN: int = 3000  # training sentences whose decoder states train the tuned lens (SMOKE: 100)
+N_LENS_TRAIN: int = 2000  # training sentences whose decoder states train the tuned lens (SMOKE: 100)
 LENS_STEPS: int = 60  # KL steps of the tuned lens after its least-squares start (SMOKE: 5)
 N_HELDOUT: int = 500  # validation sentences for the lens's KL and decision layers (SMOKE: 20)
-N_AUDIT: int = 1000  # test2016 sentences for the sink audit (SMOKE: 16)
+N_AUDIT: int = 500  # test2016 sentences for the sink audit (SMOKE: 16)
 SINK_THRESHOLD: float = 0.5  # a head whose sink share reaches this is sink-heavy
 N_PAIRS: int = 60  # minimal pairs from val and test (SMOKE: 4); half train DAS, half test it
 DAS_RANKS: str = "1,4,16"  # subspace ranks tried (SMOKE: the first)
-DAS_EPOCHS: int = 10  # passes over the training pairs (SMOKE: 1)
+DAS_EPOCHS: int = 6  # passes over the training pairs (SMOKE: 1)
 IG_STEPS: int = 64  # integrated gradients' steps
 N_BOOTSTRAP: int = 1000  # bootstrap resamples for the 95 % intervals
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+from collections import defaultdict
 
 import torch
 
@@ -16,6 +18,35 @@ def test_ibm1_learns_the_toy_corpus_alignment():
     assert ibm1_align(t, "das haus", "the house") == [0, 1]
     assert ibm1_align(t, "ein buch", "a book") == [0, 1]
     assert ibm1_align(t, "", "the") == [None]  # no source words: NULL
+
+
+def _ibm1_by_the_book(pairs, iterations):
+    """EM for IBM Model 1 written as the textbook loops (Koehn, Statistical Machine Translation, fig. 4.3)."""
+    corpus = [(["<null>", *s.lower().split()], t.lower().split()) for s, t in pairs]
+    t_prob = defaultdict(lambda: 1.0)
+    for _ in range(iterations):
+        count, total = defaultdict(float), defaultdict(float)
+        for src, tgt in corpus:
+            for e in tgt:
+                z = sum(t_prob[(f, e)] for f in src)
+                for f in src:
+                    count[(f, e)] += t_prob[(f, e)] / z
+                    total[f] += t_prob[(f, e)] / z
+        t_prob = defaultdict(float, {(f, e): c / total[f] for (f, e), c in count.items()})
+    return dict(t_prob)
+
+
+def test_ibm1_equals_the_textbook_loops():
+    """The array form computes the same EM: repeated words, empty sides, case, unequal lengths."""
+    rng = random.Random(0)
+    words_de, words_en = "der die das Haus haus ein Buch buch und".split(), "the a house book and The".split()
+    pairs = [(" ".join(rng.choices(words_de, k=rng.randint(0, 6))), " ".join(rng.choices(words_en, k=rng.randint(0, 6))))
+             for _ in range(60)]
+    for iterations in (0, 1, 4):
+        ours, reference = ibm1(pairs, iterations), _ibm1_by_the_book(pairs, iterations)
+        assert set(ours) == set(reference)
+        assert all(math.isclose(ours[k], reference[k], rel_tol=1e-12) for k in reference)
+        assert all(ibm1_align(ours, s, t) == ibm1_align(reference, s, t) for s, t in pairs)
 
 
 def test_word_spans_and_pooling():
