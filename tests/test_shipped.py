@@ -73,8 +73,15 @@ def test_corrupted_file_is_refused_and_left_untouched(tiny_shipped):
 
 def test_missing_file_and_unknown_name_are_clear_errors(tiny_shipped):
     root, _, _ = tiny_shipped
-    with pytest.raises(PretrainedError, match="no shipped model named 'nope'"):
+    with pytest.raises(PretrainedError, match=r"no model folder named 'nope' under root=.*holds \['tiny-de-en'\]"):
         pretrained("nope", root=root)
+    with pytest.raises(PretrainedError, match=r"elsewhere.: that root is not a folder"):
+        pretrained("tiny-de-en", root=root / "elsewhere")
+    with pytest.raises(PretrainedError, match=r"holds no model folder.*Hugging Face model: open it with "
+                                              r"workbench.pretrained without root"):
+        pretrained("Org/name", root=root / "tiny-de-en")
+    with pytest.raises(PretrainedError, match=r"no shipped model named 'nope': choose one of \['gru-de-en', "):
+        pretrained("nope")  # the shipped models
     (root / "tiny-de-en" / "tokenizer.json").unlink()
     with pytest.raises(PretrainedError, match="tokenizer.json is missing"):
         pretrained("tiny-de-en", root=root)

@@ -63,7 +63,13 @@ def model_dir(name: str, root: str | Path | None = None) -> Path:
     root = Path(root) if root is not None else WEIGHTS_DIR
     names = list_pretrained(root)
     if name not in names:
-        raise PretrainedError(f"no shipped model named {name!r}: choose one of {names} (`workbench pretrained list`)")
+        if root == WEIGHTS_DIR:
+            raise PretrainedError(f"no shipped model named {name!r}: choose one of {names} (`workbench pretrained list`)")
+        where = "is not a folder" if not root.is_dir() else (f"holds {names}" if names else "holds no model folder")
+        hint = (" A name with a slash is a Hugging Face model: open it with workbench.pretrained without root."
+                if "/" in name else "")
+        raise PretrainedError(f"no model folder named {name!r} under root={str(root)!r}: that root {where} (a model "
+                              f"folder holds card.json, config.json, model.safetensors and tokenizer.json).{hint}")
     return root / name
 
 
