@@ -301,9 +301,11 @@ def rows_round_alike(like: Tensor, rows: int, keep: Tensor) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _probe_batch(device: str, dtype: torch.dtype, threads: int, width: int, rows: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Random rows, a random square weight and their product (in the caller's autocast format, as ``dtype`` says)."""
+    """Random rows, a random square weight and their product in ``dtype`` (the caller's autocast format, else the
+    model's own: a bf16 model's rows round as bf16 products do)."""
     x, w = _random_rows(device, width, 1 << max(rows - 1, 255).bit_length())
-    return x[:rows], w, F.linear(x[:rows], w)
+    x, w = x[:rows].to(dtype), w.to(dtype)
+    return x, w, F.linear(x, w)
 
 
 @functools.lru_cache(maxsize=8)
