@@ -41,9 +41,9 @@ QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 DEFAULT_CELL_TIMEOUT = 1800
 
 # seconds each notebook of the series took at default parameters, two at a time with one thread each, on an idle
-# 2-core CPU (bench/results/book/full-jobs2-aa13350.json); only the order in which side-by-side runs start uses them
-DEFAULT_SECONDS = {"01": 260, "02": 15, "03": 12, "04": 62, "05": 15, "06": 63, "07": 77, "08": 57, "09": 617,
-                   "10": 89, "11": 20, "12": 359, "13": 265, "14": 16, "15": 72, "16": 16, "17": 62, "18": 270}
+# 2-core CPU (bench/results/book/full-jobs2-46a0025.json); only the order in which side-by-side runs start uses them
+DEFAULT_SECONDS = {"01": 185, "02": 14, "03": 12, "04": 69, "05": 16, "06": 60, "07": 64, "08": 51, "09": 695,
+                   "10": 66, "11": 17, "12": 321, "13": 209, "14": 15, "15": 69, "16": 17, "17": 60, "18": 206}
 
 
 def kernel_name_for_this_python(preferred: str = "python3") -> str:
