@@ -556,6 +556,8 @@ assert metrics["post_resid_norm_error"] < 1e-2 * math.sqrt(D_MODEL)             
 # pre-LN: the stream grows with depth (last / first layer above 1.3 in both stacks, with a margin, at every seed tried
 # while developing; not necessarily at every single layer, since x and F(LN(x)) can partly cancel)
 assert metrics["pre_resid_growth_enc"] > 1.3 and metrics["pre_resid_growth_dec"] > 1.3
+
+# %%
 # The depth, width, task and learning-rate claims below were measured at the default settings (over several seeds
 # while developing); other settings are for exploring, and their outcome is printed instead of checked.
 measured = (D_MODEL, N_LAYERS, TASK, PEAK_LR, WARMUP_STEPS, MAX_TOKENS) == (32, 6, "copy", 0.003, 50, 600) and train_steps in (100, 300)
@@ -574,6 +576,8 @@ if measured and train_steps == 100:
     assert pn > pw + 0.05 and Pn < pn - 0.2, (pw, pn, Pn)
 elif measured:
     assert pn > pw + 0.3 and Pn < pw, (pw, pn, Pn)
+
+# %%
 assert metrics["ffn_conv_max_diff"] < 1e-5 and metrics["ffn_position_independent"] < 1e-5
 assert abs(metrics["ffn_share_encoder"] - 2 / 3) < 2e-3                               # 8d² of 12d², up to O(d) terms
 assert abs(metrics["ffn_share_decoder"] - 1 / 2) < 2e-3                               # 8d² of 16d²

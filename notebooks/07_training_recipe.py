@@ -293,6 +293,12 @@ wb.set_seed(SEED)
 model = wb.build_model(cfg, V, V, pad_id=pad)
 optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(tcfg.beta1, tcfg.beta2), eps=tcfg.adam_eps)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: rate(s + 1, cfg.d_model, LOOP_WARMUP, LOOP_LR_FACTOR))
+
+# %% [markdown]
+# The loop itself: a batch, the forward pass, the label-smoothed loss, the gradient (clipped), one optimizer step and
+# one step of the schedule, and a snapshot of the weights every `CKPT_EVERY` steps.
+
+# %%
 snap_dir = Path("snapshots"); snap_dir.mkdir(exist_ok=True)
 log, snapshots, step, epoch = {"step": [], "loss": [], "lr": []}, [], 0, 0
 model.train()
@@ -315,6 +321,12 @@ while step < train_steps:
             break
     epoch += 1
 model.eval()
+
+# %% [markdown]
+# Did it learn? The loss curve, and the validation cross-entropy against the best a model can do without looking at
+# the source (the unigram entropy of the targets):
+
+# %%
 figures.line_figure(log["step"], {"training loss (label-smoothed)": log["loss"]}, xlabel="optimizer step",
                     title=f"the loop on the {TASK} task: {train_steps} steps, {epoch + 1} passes over the data").show()
 k = max(1, train_steps // 10)
@@ -582,6 +594,8 @@ assert abs(metrics["paper_peak"] / metrics["paper_peak_formula"] - 1) < 1e-9
 assert abs(metrics["our_peak"] / metrics["our_peak_formula"] - 1) < 1e-9
 assert abs(metrics["warmup_linear_ratio"] - 2) < 1e-9        # linear: twice the step, twice the rate
 assert abs(metrics["decay_ratio_4x"] - 0.5) < 1e-9           # inverse sqrt: four times the step, half the rate
+
+# %%
 # label smoothing: the package's loss is the hand formula; its optimum is p = q at the finite margin c*
 assert metrics["smoothing_hand_vs_package"] < 1e-4 * max(1.0, metrics["smoothing_tokens"])
 assert metrics["smoothing_tokens"] == 8                      # 10 targets, 2 of them padding
@@ -590,6 +604,8 @@ assert abs(metrics["best_margin"] - metrics["best_margin_formula"]) <= 0.05 + 1e
 assert metrics["loss_at_largest_margin"] > metrics["loss_at_q"] + 0.5   # over-confidence costs
 assert metrics["unsmoothed_falls"]                           # without smoothing: more confident is always better
 assert metrics["adam_matches_paper"]
+
+# %%
 # the loop ran the schedule it was given: its largest rate is factor / sqrt(d_model * warm-up)
 assert abs(metrics["loop_peak_lr"] - LOOP_LR_FACTOR / math.sqrt(LOOP_D_MODEL * LOOP_WARMUP)) < 1e-12
 # the loop learns: the loss falls by far more than its step-to-step noise (about 0.1 nats)...
@@ -602,6 +618,8 @@ assert metrics["val_loss_last"] < metrics["unigram_cross_entropy"] - 0.2
 # both variants learned to use the source (below the unigram baseline)
 assert metrics["ffn_dropouts_removed"] == cfg.n_enc_layers + cfg.n_dec_layers
 assert max(metrics["val_loss_ffn_dropout"], metrics["val_loss_paper_dropout"]) < metrics["unigram_cross_entropy"]
+
+# %%
 # averaging: the weights are the element-wise mean, and the averaged model beats the typical snapshot it came from
 # (measured, not guaranteed: the loss is not convex in the weights)
 assert metrics["average_mean_error"] < 1e-6 and metrics["snapshot_spread"] > 0

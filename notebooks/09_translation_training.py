@@ -308,6 +308,8 @@ elif not CHECKPOINT:  # a translator well above noise, as the recipe delivers it
     assert metrics["averaged, beam 4"] > 8.0
     # beam search beats greedy decoding on the same weights (the table above prints both)
     assert metrics["averaged, beam 4"] > metrics["averaged, greedy"]
+
+# %%
 # the shipped models, decoded above (not read from their cards): on the whole test set each reproduces its card's
 # beam-4 figure within 0.1 BLEU; on a part of it (SMOKE decodes 60 sentences) each stays above 80 % of the card's
 # figure. That floor comes from the cards and from how far parts of the test set land from the whole: the first
@@ -322,6 +324,8 @@ for name in shipped:
         assert decoded > 0.8 * on_card, (name, decoded, on_card)
 # the shipped Transformer beats the shipped GRU trained beside it under the same budget, on the same sentences
 assert metrics["shipped small-de-en, beam 4"] > metrics["shipped gru-de-en, beam 4"]
+
+# %%
 # Table 2's cost column follows from its own figures: 3.3e18 (base) and 2.3e19 (big) FLOPs
 assert f"{metrics['paper_cost_base']:.2g}" == "3.3e+18" and f"{metrics['paper_cost_big']:.2g}" == "2.3e+19"
 assert 0 < metrics["small_de_en_train_flops"] < metrics["paper_cost_base"]

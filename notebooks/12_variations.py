@@ -237,23 +237,41 @@ if results_path is None:
 else:
     seeded = table3.load_results(results_path)
     runs, budget, sbase = seeded["runs"], seeded["budget"], wb.ModelConfig(**seeded["base"])
-    st = seeded["settings"]
+    st, probe = seeded["settings"], seeded["budget_run"]
     print(f"{results_path.name}: commit {seeded['commit'][:7]}, {seeded['cpu_model']}, torch {seeded['torch']}")
     print(f"base: d_model={sbase.d_model}, h={sbase.n_heads}, d_ff={sbase.d_ff}, N={sbase.n_enc_layers}+"
           f"{sbase.n_dec_layers}, P_drop={sbase.dropout}; {st['train_pairs']} training pairs, vocabulary "
           f"{st['vocab_size']}, {st['max_tokens']} tokens a batch, warm-up {st['warmup']} steps")
-    probe = seeded["budget_run"]
+
+# %% [markdown]
+# First the budget: the base trained one epoch at a time until its validation loss stopped falling. The step of its
+# best epoch is the number of steps every row then gets.
+
+# %%
+if seeded is not None:
     print(f"budget: {budget} steps, the base's best epoch ({probe['best_epoch']} of {len(probe['epoch_val_loss'])}; "
           f"{probe['stopped']}), {len(seeded['seeds'])} seeds a row, {len(runs)} runs")
     figures.line_figure(probe["epoch_steps"], {"base, validation loss": probe["epoch_val_loss"]},
                         xlabel="optimizer step", ylabel="nats per token",
                         title=f"finding the budget: the base stops improving at step {budget}").show()
+
+# %% [markdown]
+# Each row's mean over the seeds, with the seeds' standard deviation after the ±:
+
+# %%
+if seeded is not None:
     summary = table3.row_summary(runs, keys=("val_loss", "val_bleu", "val_entropy"), order=table3.variants(sbase))
     display(Markdown(markdown_table([{"row": r["row"], "seeds": r["seeds"], "params": r["params"],
                                       "val loss": f"{r['val_loss']:.3f} ± {r['val_loss_sd']:.3f}",
                                       "val ppl": f"{np.exp(r['val_loss']):.2f}",
                                       "val BLEU (greedy)": f"{r['val_bleu']:.2f} ± {r['val_bleu_sd']:.2f}"}
                                      for r in summary])))
+
+# %% [markdown]
+# And each of the paper's claims judged on the paired differences, seed by seed:
+
+# %%
+if seeded is not None:
     seeded_signs = table3.judge_seeded(runs, table3.PAPER_PPL_CLAIMS, "val_loss")
     seeded_bleu = table3.judge_seeded(runs, table3.PAPER_BLEU_CLAIMS, "val_bleu")
     seeded_entropy = table3.judge_seeded(runs, {"label smoothing makes the model less sure":
@@ -267,8 +285,11 @@ else:
                                errors={"Δ log ppl": [v["margin"] for v in seeded_signs.values()]},
                                title="each row against the base: mean paired difference, ± two standard errors",
                                ylabel="Δ validation log-perplexity").show()
-    by_verdict = {k: [c for c, v in judged.items() if v["verdict"] == k] for k in ("agrees", "opposite", "differs",
-                                                                                   "within noise")}
+
+# %%
+if seeded is not None:
+    by_verdict = {k: [c for c, v in judged.items() if v["verdict"] == k]
+                  for k in ("agrees", "opposite", "differs", "within noise")}
     display(Markdown(
         f"**At this scale** the paper's sign holds beyond the seeds' spread for {len(by_verdict['agrees'])} of "
         f"{len(judged)} claims ({'; '.join(by_verdict['agrees']) or 'none'}). It goes the other way for "
@@ -327,6 +348,8 @@ assert rows["base, other initial weights"]["init_abs_sum"] != b["init_abs_sum"]
 # reason for the label-smoothing row is: the smoothed base is less sure of its next token than the unsmoothed model,
 # by more than two runs of the same model differ
 assert ls_unsure > entropy_margin
+
+# %%
 if seeded is not None:
     # the committed table is complete and made as described: every row from every seed, for the same budget, which
     # is where the base's validation loss stopped falling (early stopping ended the budget run after its best epoch)
@@ -337,6 +360,9 @@ if seeded is not None:
     assert all(r["seeds"] == len(seeded["seeds"]) for r in summary) and all(r["steps"] == budget for r in runs)
     p = {r["row"]: r["params"] for r in summary}
     assert p["(A) h=1, d_k=D"] == p["(A) h=8, d_k=D/8"] == p["base"] == p["(D) no dropout"]
+
+# %%
+if seeded is not None:
     # every verdict shown above follows from the file's per-seed numbers: recomputed here seed by seed with plain
     # arithmetic and the package's verdict() (one seed's number flipped in the file changes a verdict and fails this)
     from statistics import fmean, stdev

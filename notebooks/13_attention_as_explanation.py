@@ -326,6 +326,12 @@ matched = []  # per layer of the most agreeing set, as many of that layer's leas
 for layer in sorted({h[1] for h in most}):
     count = sum(h[1] == layer for h in most)
     matched += [h for h in ranked[::-1] if h[1] == layer and h not in most][:count]
+
+# %% [markdown]
+# The heads were ranked on the first half of the sentences; they are switched off on the other half, which the
+# ranking never saw:
+
+# %%
 held = sample[half:]
 src_ids, tgt_ids = tok.encode_src([s for s, _ in held]), tok.encode_tgt([t for _, t in held])
 idx = token_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], 1500, shuffle=False)
@@ -338,6 +344,12 @@ def reference_logprob(heads):
         return -evaluate(model, batches, tok.pad_id)["loss"]
 
 
+
+# %% [markdown]
+# Then the fall in the log-probability of the reference tokens for each set of heads, beside twenty random sets of
+# the same size:
+
+# %%
 gen = torch.Generator().manual_seed(SEED)
 all_heads = [("dec.cross", layer, h) for layer in range(n_layers) for h in range(n_heads)]
 random_sets = [[all_heads[i] for i in torch.randperm(len(all_heads), generator=gen)[:N_ABLATE].tolist()] for _ in range(20)]
