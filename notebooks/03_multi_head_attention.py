@@ -403,6 +403,11 @@ k, v = split_heads(memory @ Wk.T + bk), split_heads(memory @ Wv.T + bv)       # 
 src_pad = padding_mask(src, 0)[:, None, None, :]                              # (B, 1, 1, S)
 cross_w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(d_head)).masked_fill(~src_pad, float("-inf")), -1)  # (B, H, T, S)
 cross_out = (cross_w @ v).transpose(1, 2).reshape(BATCH, TGT_LEN, d_model) @ ca.out_proj.weight.detach().T + ca.out_proj.bias.detach()
+
+# %% [markdown]
+# Against the package's own cross-attention module, and the weights captured from the whole model:
+
+# %%
 with torch.no_grad():
     wb_out, wb_w = ca(y, memory, mask=src_pad, need_weights=True)
 print("cross-attention weights:", tuple(cross_w.shape), "= (B, H, T, S); captured from the model:", tuple(cache["dec.cross", 0].shape))
@@ -415,6 +420,12 @@ metrics.update(
     cross_padding_weight_max=float(cross_w[1, ..., -3:].abs().max()),
     cross_shape=list(cross_w.shape),
 )
+
+# %% [markdown]
+# And against `torch.nn.MultiheadAttention` loaded with the same weights (its padding mask is the opposite convention:
+# `True` = ignore, hence `to_nn_mask`):
+
+# %%
 ref_cross = torch.nn.MultiheadAttention(d_model, n_heads, batch_first=True).eval()
 ref_cross.load_state_dict({"in_proj_weight": ca.in_proj_weight, "in_proj_bias": ca.in_proj_bias,
                            "out_proj.weight": ca.out_proj.weight, "out_proj.bias": ca.out_proj.bias})

@@ -344,6 +344,12 @@ except ValueError as exc:
     learned_error = str(exc)
 print("learned positions, input of", too_long.shape[1], "tokens ->", learned_error or "no error")
 
+
+# %% [markdown]
+# The sinusoidal table has no such limit: rebuild the model with a table four times longer and load the same weights.
+# A learned table cannot be loaded into a longer model: its new rows would have nothing to load.
+
+# %%
 sin_cfg = models["sinusoidal"].cfg
 longer = wb.build_model(dataclasses.replace(sin_cfg, max_len=4 * TRAIN_MAX_LEN),
                         tok.src_vocab_size, tok.tgt_vocab_size, pad_id=tok.pad_id).eval()
@@ -360,6 +366,12 @@ except RuntimeError as exc:
     learned_load_error = str(exc).splitlines()[-1].strip()
 print("learned positions, loading into a longer model ->", learned_load_error or "loaded")
 
+
+# %% [markdown]
+# A table that reaches further is not yet a model that works further: does the rebuilt model copy inputs longer than
+# any it was trained on?
+
+# %%
 def copy_accuracy(model, lo, hi):
     pairs = synthetic_pairs("copy", 100, lo, hi, 20, seed=SEED + 2)
     b = make_batch(tok.encode_src([s for s, _ in pairs]), tok.encode_tgt([t for _, t in pairs]), tok.pad_id)

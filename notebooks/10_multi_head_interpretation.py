@@ -265,6 +265,12 @@ imp = {key: v / v.norm().clamp_min(1e-12) for key, v in raw_imp.items()}  # per-
 imp_rows = [f"{k} L{l}" for (k, l) in imp]
 figures.head_stat_figure(torch.stack(list(imp.values())), imp_rows, "head importance (per-layer normalised)").show()
 order = prune_order(raw_imp)  # global order from the raw scores, least important first
+
+# %% [markdown]
+# The pruning curve: switch heads off in that order, least important first and most important first, and score the
+# held-out half greedily.
+
+# %%
 def val_loss(masked):
     with ablate_heads(model, masked):
         return wb.train.evaluate(model, test_batches, tok.pad_id)["loss"]
@@ -279,6 +285,12 @@ for f in fractions:
     curve["most important first"].append(val_bleu(order[::-1][:k]))
 figures.line_figure([f * 100 for f in fractions], curve, xlabel="% of heads masked", ylabel="BLEU (greedy, held-out half)",
                     title="pruning curve").show()
+
+# %% [markdown]
+# Half of the heads off at once: the least important half, the most important half, and three random halves, scored
+# by the loss on the held-out batches:
+
+# %%
 half = len(order) // 2
 gen = torch.Generator().manual_seed(SEED)
 random_halves = [[order[i] for i in torch.randperm(len(order), generator=gen)[:half].tolist()] for _ in range(3)]

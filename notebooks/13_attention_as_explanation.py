@@ -225,6 +225,11 @@ figures.grouped_bar_figure(labels, {f"log p({CONTRAST_TARGET})": plain,
                            title=f"integrated gradients: {CONTRAST_TARGET!r}, and {CONTRAST_TARGET!r} rather than {CONTRAST_FOIL!r}",
                            ylabel="attribution").show()
 
+
+# %% [markdown]
+# Which source word does the contrast point to, and is it the word IBM Model 1 links to the target?
+
+# %%
 # the contrast's strongest source word (scores summed over its subwords) against the word IBM Model 1 links to the target
 src_words, out_words = word_spans(ins.src_tokens), word_spans(ins.out_tokens)
 word_scores = np.zeros(max(src_words) + 1)

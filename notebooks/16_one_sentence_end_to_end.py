@@ -240,6 +240,11 @@ def describe(alpha):
 
 ranking, line = describe(ALPHA)
 print(line)
+
+# %% [markdown]
+# The whole tree (hover a node for its words, its score and the decoder layer from which its word first leads):
+
+# %%
 leads = beam_tree_leads(model, src[0], trace)  # node id -> the layer its word leads from (-1: never)
 dfig.beam_tree_figure(trace, label, ranking, title=f"beam {BEAM} on this sentence, α = {ALPHA:g}", leads=leads).show()
 want = beam_search(model, src, beam=BEAM, alpha=ALPHA, bos_id=tok.bos_id, eos_id=tok.eos_id)[0]
@@ -247,6 +252,8 @@ traced_equals_beam_search = trace.hypothesis(ranking.winner) == [i for i in want
 print("the traced winner is beam_search's output:", traced_equals_beam_search)
 print(f"output budget: {trace.limit} tokens = {S} source pieces + 50; the longest hypothesis considered has "
       f"{max(n.step for n in trace.nodes)} tokens")
+
+# %%
 metrics.update(budget_is_input_plus_50=trace.limit == min(S + 50, cfg.max_len - 1))
 metrics.update(lens_leads_every_node=set(leads) == {n.id for n in trace.nodes[1:]}
                and all(-1 <= v < cfg.n_dec_layers for v in leads.values()),
