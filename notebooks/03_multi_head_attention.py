@@ -243,6 +243,11 @@ with torch.no_grad():
     out_wb_c, w_wb_c = mha(X, mask=mask & causal, need_weights=True)
     out_nn_c, w_nn_c = ref(X, X, X, key_padding_mask=wb.to_nn_mask(pad), attn_mask=wb.to_nn_mask(causal),
                            need_weights=True, average_attn_weights=False)
+
+# %% [markdown]
+# The largest difference of each pair:
+
+# %%
 diffs = {
     "hand vs workbench (explicit)": (out_hand - out_wb).abs().max(),
     "hand vs workbench (fused)": (out_hand - out_fused).abs().max(),
@@ -258,6 +263,12 @@ print("torch.nn weights shape with average_attn_weights=False:", tuple(w_nn.shap
 metrics["max_diff_vs_workbench"] = float(max(diffs[k] for k in diffs if "workbench" in k and "torch" not in k))
 metrics["max_diff_vs_torch_nn"] = float(max(diffs[k] for k in diffs if "torch" in k))
 metrics["padding_weight_max"] = float(w_wb[1, ..., -2:].abs().max())
+
+# %% [markdown]
+# The mask convention matters: `torch.nn` reads `True` as *ignore*, ours as *may attend*. Passing our mask to it
+# unconverted blocks the real tokens instead of the padding:
+
+# %%
 with torch.no_grad():  # the mask convention matters: passing our mask unconverted blocks the real tokens instead
     out_wrong, _ = ref(X, X, X, key_padding_mask=pad, need_weights=False)
 metrics["unconverted_mask_diff"] = float((out_wrong[1] - out_hand[1]).abs().max())  # sentence 2: real and padded keys

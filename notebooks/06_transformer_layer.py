@@ -222,6 +222,11 @@ for name, norm_first in (("post-LN", False), ("pre-LN", True)):
     real = (probe.src != pad)[..., None], (probe.tgt_in != pad)[..., None]
     resid_norms[name] = [float(cache[f"{kind}.resid", i].norm(dim=-1)[r[..., 0]].mean())
                          for (kind, st), r in zip(stacks, real, strict=True) for i in range(len(st))]
+
+# %% [markdown]
+# Per layer, both stacks side by side:
+
+# %%
 layer_names = [f"enc {i}" for i in range(N_LAYERS)] + [f"dec {i}" for i in range(N_LAYERS)]
 figures.line_figure(np.arange(2 * N_LAYERS), grad_norms, xlabel="layer (encoder 0.., then decoder 0..)",
                     ylabel="‖∂loss/∂θ_layer‖", title="gradient norm per layer at initialisation", log_y=True).show()
@@ -230,6 +235,8 @@ figures.line_figure(np.arange(2 * N_LAYERS), resid_norms, xlabel="layer (encoder
 display(Markdown(markdown_table([{"layer": n_, **{f"grad {k}": f"{v[i]:.3g}" for k, v in grad_norms.items()},
                                            **{f"resid {k}": f"{v[i]:.2f}" for k, v in resid_norms.items()}}
                                           for i, n_ in enumerate(layer_names)])))
+
+# %%
 post_g, pre_g = np.array(grad_norms["post-LN"]), np.array(grad_norms["pre-LN"])
 metrics.update(
     post_resid_norm_error=float(np.max(np.abs(np.array(resid_norms["post-LN"]) - math.sqrt(D_MODEL)))),
@@ -285,6 +292,12 @@ def train_run(norm_first: bool, warmup: bool, steps: int) -> dict:
     return {"losses": losses, "final_train": float(np.mean(losses[-max(1, steps // 10):])), "val_loss": ev["loss"],
             "val_accuracy": ev["accuracy"], "model": m}
 
+
+# %% [markdown]
+# Three runs of the same stack on the same batches: post-LN with the warm-up, post-LN without it, pre-LN without it.
+# The unigram entropy is the best loss a model can reach without looking at the source.
+
+# %%
 freq = torch.bincount(torch.tensor([t for ids in tgt_ids for t in ids[1:]]), minlength=V).float() / sum(len(t) - 1 for t in tgt_ids)
 unigram = float(-(freq * freq.clamp_min(1e-12).log()).sum())   # best loss without looking at the source
 runs = {"post-LN, warm-up": train_run(False, True, train_steps),
@@ -505,6 +518,12 @@ def formula(c: wb.ModelConfig, vocab: int) -> dict[str, int]:
     return {"shared embedding": vocab * dm, "encoder": c.n_enc_layers * (attn + ffn + 2 * ln),
             "decoder": c.n_dec_layers * (2 * attn + ffn + 3 * ln), "positional encoding (sinusoidal)": 0}
 
+
+# %% [markdown]
+# Count the parameters of `base` and `big` (built on the meta device, so no memory is used) part by part, against
+# the formula and the paper's totals:
+
+# %%
 paper_counts = {"base": 65e6, "big": 213e6}
 table, totals = [], {}
 for name in ("base", "big"):
@@ -525,6 +544,8 @@ for name in ("base", "big"):
         table.append({"model": name, "component": part, "parameters": f"{measured[part]:,}", "formula": f"{expected[part]:,}"})
     table.append({"model": name, "component": "**total**", "parameters": f"**{total:,}**",
                   "formula": f"paper: {paper_counts[name] / 1e6:.0f}M ({total / paper_counts[name] - 1:+.1%})"})
+
+# %%
 display(Markdown(markdown_table(table)))
 for name, r in totals.items():
     print(f"{name}: {r['total'] / 1e6:.2f}M vs paper {paper_counts[name] / 1e6:.0f}M ({r['relative']:+.2%}); LayerNorm parameters "

@@ -224,6 +224,12 @@ print(f"joint vocabulary of {joint.src_vocab_size}: {len(used_de)} pieces used b
       f"{len(shared)} by both, e.g. {sorted(p for p in (joint.id_to_token(i, 'src') for i in shared) if p.startswith('▁') and p[1:].isalpha() and len(p) > 4)[:12]}")
 print(f"separate vocabularies ({separate.src_vocab_size} German, {separate.tgt_vocab_size} English): the same id is the "
       f"same piece on both sides for {same_id_same_piece} of {min(separate.src_vocab_size, separate.tgt_vocab_size) - 4} ids")
+
+# %% [markdown]
+# Tying the source and target embeddings needs one vocabulary on both sides. Two separate vocabularies of equal size
+# are not one vocabulary: the model checks the pieces, not only the sizes.
+
+# %%
 equal = SubwordTokenizer.train(train, vocab_size=2000, joint=False)  # two separate vocabularies, both full
 sizes_equal = equal.src_vocab_size == equal.tgt_vocab_size
 print(f"separate vocabularies of {equal.src_vocab_size} and {equal.tgt_vocab_size} pieces: equal sizes {sizes_equal}")
@@ -234,6 +240,11 @@ try:
 except wb.ConfigError as exc:
     refused = True
     print("the model refuses:", exc)
+
+# %% [markdown]
+# What tying saves, with the joint vocabulary:
+
+# %%
 tied = wb.build_model(wb.preset("small", tie_src_tgt=True, tie_output=True), joint.src_vocab_size, joint.tgt_vocab_size)
 untied = wb.build_model(wb.preset("small", tie_src_tgt=False, tie_output=False), joint.src_vocab_size, joint.tgt_vocab_size)
 saved = wb.count_parameters(untied) - wb.count_parameters(tied)

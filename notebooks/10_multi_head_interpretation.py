@@ -223,6 +223,11 @@ for b in batches:
             if kind != "dec.cross":
                 s["prev"].append(positional_score(w, -1, qmask[kind])); s["next"].append(positional_score(w, +1, qmask[kind]))
             s["n"].append(int(qmask[kind].sum()))
+
+# %% [markdown]
+# Each head's statistics, averaged over the batches with each batch weighted by its number of real queries:
+
+# %%
 rows, conf, ent = [], [], []
 for (kind, l), s in stats.items():
     wts = torch.tensor(s["n"], dtype=torch.float)[:, None]
@@ -231,6 +236,8 @@ for (kind, l), s in stats.items():
 conf, ent = torch.stack(conf), torch.stack(ent)
 figures.head_stat_figure(conf, rows, "confidence (mean max weight)").show()
 figures.head_stat_figure(ent, rows, "entropy (nats)").show()
+
+# %%
 enc_prev = torch.stack([torch.stack(stats[("enc.self", l)]["prev"]).mean(0) for l in range(cfg.n_enc_layers)])
 enc_next = torch.stack([torch.stack(stats[("enc.self", l)]["next"]).mean(0) for l in range(cfg.n_enc_layers)])
 best_prev = float(enc_prev.max()); best_next = float(enc_next.max())

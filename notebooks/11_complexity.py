@@ -165,6 +165,11 @@ figures.loglog_figure(n_values, flops_n, fits=fit_fn, xlabel="n (sequence length
                       title=f"counted FLOPs against n (d = {d_fixed})").show()
 figures.loglog_figure(d_values, flops_d, fits=fit_fd, xlabel="d (width)", ylabel="FLOPs",
                       title=f"counted FLOPs against d (n = {n_fixed})").show()
+
+# %% [markdown]
+# The fitted slopes against Table 1's exponents:
+
+# %%
 expected_n = {"self-attention": 2, "recurrent": 1, "convolutional": 1, "self-attention (restricted)": 1}
 expected_d = {"self-attention": 1, "recurrent": 2, "convolutional": 2, "self-attention (restricted)": 1}
 display(Markdown(markdown_table([{"layer": name, "slope in n": round(fit_fn[name][0], 3), "Table 1 (n)": expected_n[name],
@@ -175,6 +180,8 @@ print("convolution FLOPs / (k·n·d²) across d:", [round(c, 3) for c in conv_pe
 metrics.update({f"flops_slope_n_{k}": fit_fn[NAMES[k]][0] for k in KINDS})
 metrics.update({f"flops_slope_d_{k}": fit_fd[NAMES[k]][0] for k in KINDS})
 metrics["conv_flops_per_knd2_spread"] = max(conv_per_knd2) - min(conv_per_knd2)
+
+# %%
 counted_over_table = {kind: [m["flops"] / (2 * layer_macs(kind, n, d_fixed, KERNEL, R)) for m, n in zip(sweep_n[kind], n_values)]
                       + [m["flops"] / (2 * layer_macs(kind, n_fixed, d, KERNEL, R)) for m, d in zip(sweep_d[kind], d_values)]
                       for kind in KINDS}

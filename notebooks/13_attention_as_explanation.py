@@ -428,6 +428,8 @@ with open("metrics.json", "w") as f:
 # resolved the path, so the error can barely move between 1x and 4x before it falls steeply (the section prints the
 # error at each step count)
 assert metrics["ig_completeness_error_16x"] < 0.5 * metrics["ig_completeness_error_4x"]
+
+# %%
 # every attention summary ranks the source tokens like every attribution, far above random scores: the per-sentence
 # gap to the random baseline is more than 3 standard errors above zero (one-sided, also with the 20 SMOKE sentences)
 assert min(metrics["spearman_gap_z"][f"{m}/{s}"] for m in METHODS for s in SUMMARIES) > 3
@@ -437,6 +439,8 @@ assert min(metrics["spearman_gap_z"][f"{m}/diagonal"] for m in METHODS) > 3
 assert metrics["alignment_gap_z"]["cross last"] > 3 and metrics["alignment_gap_z"]["integrated_gradients"] > 3
 # the rollout points at the aligner's word less often than raw last-layer attention (3 s.e. over sentences)
 assert metrics["alignment_last_minus_rollout_z"] > 3
+
+# %%
 # heads ranked by agreement on one half, damage on the other: the least agreeing heads cost less to lose than the most
 # agreeing ones (it held at every SMOKE seed tried while developing). Below random heads too once the held-out half
 # is large enough to judge: with the 10 SMOKE sentences it failed at one seed in six, where the random sets barely hurt

@@ -36,8 +36,9 @@ PATH_ENV_VARS = ("WORKBENCH_MULTI30K", "WORKBENCH_CACHE", "WORKBENCH_NOTEBOOKS")
 QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 # seconds a single cell may run when the caller sets no limit: a cell of the series at default parameters takes a
-# few minutes at most, so one still running after this is stuck (e.g. a kernel message lost under heavy load), and
-# the run fails with a time-out instead of waiting for ever; 0 means no limit
+# few minutes at most, so one still running after this is stuck, and the run fails with a time-out instead of waiting
+# for ever; 0 means no limit. (The stuck runs seen so far were a kernel reply missed by the client's wait, which
+# kernel_client.py now prevents; this limit stays as the net under anything else.)
 DEFAULT_CELL_TIMEOUT = 1800
 
 # seconds each notebook of the series took at default parameters, two at a time with one thread each, on an idle
@@ -184,6 +185,8 @@ def run_notebook(
     """
     import papermill
 
+    from workbench.tools.book.kernel_client import register
+
     path = Path(path).resolve()
     params = dict(parameters or {})
     if smoke:
@@ -206,6 +209,7 @@ def run_notebook(
                 progress_bar=False, log_output=False, start_timeout=180,
                 execution_timeout=DEFAULT_CELL_TIMEOUT if timeout is None else (timeout or None),
                 extra_arguments=list(QUIET_KERNEL_ARGS) if quiet else [],
+                engine_name=register(),  # waits on the kernel that cannot miss a reply (kernel_client.py)
             )
         result["status"] = "ok"
     except Exception as exc:  # papermill's PapermillExecutionError carries the failing cell's ename/evalue
