@@ -201,6 +201,13 @@ else:
     val = load_multi30k("val", "de", "en")
     tok = SubwordTokenizer.train(train, vocab_size=6000)
     d_model, steps = D_MODEL, TRAIN_STEPS
+print(f"{len(train)} training pairs, {len(val)} validation pairs, vocabulary {tok.src_vocab_size} / {tok.tgt_vocab_size}")
+
+# %% [markdown]
+# Both models get the same recipe, the same seed and so the same batches in the same order: the only difference
+# between them is whether the decoder may look back at the encoder's states.
+
+# %%
 cfg = wb.TrainConfig(epochs=1000, max_steps=steps, warmup_steps=200, lr_factor=0.5 if SMOKE else 1.0,
                      max_tokens=2000, eval_bleu=False, seed=SEED, device="cpu", label_smoothing=0.1,
                      precision="fp32")  # fp32: the same figures on every machine
@@ -258,6 +265,12 @@ for use_attention in (True, False):
         batch = make_batch(rev_tok.encode_src([s for s, _ in group]), rev_tok.encode_tgt([t for _, t in group]), rev_tok.pad_id)
         accs.append(evaluate(m, [batch], rev_tok.pad_id)["accuracy"])
     rev_acc[use_attention] = accs
+
+# %% [markdown]
+# Token accuracy per length group, for both models: where a single final state has to carry the whole sequence,
+# the longer groups should suffer most.
+
+# %%
 labels = [f"{lo}-{hi - 1}" for lo, hi in length_bins]
 figures.line_figure(labels, {"with attention": rev_acc[True], "without attention (last state only)": rev_acc[False]},
                     xlabel="source length (words)", ylabel="token accuracy", title="reversing 5 to 60 words").show()

@@ -339,6 +339,12 @@ W["q"][2][:, pos_part], W["k"][2][:, pos_part] = SHARPNESS * shift, eye       # 
 # head 3 keeps W^Q = 0: uniform weights
 for h in range(h_toy):
     W["v"][h][:, word_part] = eye                                              # every head passes on the word code
+
+# %% [markdown]
+# The four heads' projections go into one `MultiHeadAttention` (stacked as its packed $W^Q, W^K, W^V$, with an
+# identity $W^O$), which then runs on the readable embedding:
+
+# %%
 toy = wb.MultiHeadAttention(d_toy, h_toy, bias=False).eval()
 with torch.no_grad():
     toy.in_proj_weight.copy_(torch.cat([W[n].reshape(h_toy * block, d_toy) for n in ("q", "k", "v")]))

@@ -543,7 +543,9 @@ metrics.update(small_recipe_parameters=n_small, base_parameters=n_base)
 # is, not as a verdict.
 
 # %%
-def train_short(drop_inside_ffn, steps):
+def dropout_variant(drop_inside_ffn):
+    """The model from the same seed, with or without the dropout inside each feed-forward block; and how many
+    feed-forward dropouts were removed."""
     wb.set_seed(SEED)
     m = wb.build_model(cfg, V, V, pad_id=pad)
     removed = 0
@@ -551,6 +553,15 @@ def train_short(drop_inside_ffn, steps):
         for layer in [*m.encoder_layers, *m.decoder_layers]:
             layer.ff.dropout = torch.nn.Identity()          # keep only the paper's residual and embedding dropout
             removed += 1
+    return m, removed
+
+
+# %% [markdown]
+# Both variants then train by the same hand-written loop (the recipe of the sections above), on the same batches:
+
+# %%
+def train_short(m, steps):
+    """Train ``m`` for ``steps`` optimizer steps; its validation cross-entropy."""
     opt = torch.optim.Adam(m.parameters(), lr=1.0, betas=(tcfg.beta1, tcfg.beta2), eps=tcfg.adam_eps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: rate(s + 1, cfg.d_model, LOOP_WARMUP, LOOP_LR_FACTOR))
     m.train()
@@ -569,12 +580,14 @@ def train_short(drop_inside_ffn, steps):
                 break
         ep += 1
     m.eval()
-    return evaluate(m, val_batches, pad)["loss"], removed
+    return evaluate(m, val_batches, pad)["loss"]
 
 
+# %%
 drop_steps = train_steps
-val_ours, _ = train_short(True, drop_steps)
-val_paper, n_removed = train_short(False, drop_steps)
+val_ours = train_short(dropout_variant(True)[0], drop_steps)
+paper_model, n_removed = dropout_variant(False)
+val_paper = train_short(paper_model, drop_steps)
 print(f"{drop_steps} steps each: validation cross-entropy {val_ours:.3f} with dropout inside the FFN (this package), "
       f"{val_paper:.3f} with residual and embedding dropout only (the paper); difference {val_ours - val_paper:+.3f}")
 metrics.update(val_loss_ffn_dropout=val_ours, val_loss_paper_dropout=val_paper, ffn_dropouts_removed=n_removed)

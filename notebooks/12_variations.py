@@ -140,16 +140,25 @@ display(Markdown(markdown_table([{"paper's claim": c, "variant": v, "direction":
 signs, margin = judge_claims(log_ppl, paper, "base", "base, other initial weights")
 display(Markdown(markdown_table([{"paper's claim": c, "Δ log ppl (variant − base)": round(v["delta"], 4),
                                   "yardstick m": round(margin, 4), "verdict": v["verdict"]} for c, v in signs.items()])))
-# the (D) rows by BLEU as well: the paper's Table 3 has both regularisers *raising* BLEU (no dropout 24.6, no label
-# smoothing 25.3, base 25.8), although label smoothing costs perplexity; the yardstick is the two base runs' BLEU gap
+
+# %% [markdown]
+# The (D) rows by BLEU as well: the paper's Table 3 has both regularisers *raising* BLEU (no dropout 24.6, no label
+# smoothing 25.3, base 25.8), although label smoothing costs perplexity. The yardstick is the two base runs' BLEU gap.
+
+# %%
 paper_bleu = table3.PAPER_BLEU_CLAIMS
 bleu_signs, bleu_margin = judge_claims({name: r["val_bleu"] for name, r in rows.items()}, paper_bleu, "base",
                                        "base, other initial weights")
 display(Markdown(markdown_table([{"paper's claim": c, "Δ BLEU (variant − base)": round(v["delta"], 2),
                                   "yardstick": round(bleu_margin, 2), "verdict": v["verdict"]}
                                  for c, v in bleu_signs.items()])))
-# the paper's reason for (D): label smoothing "hurts perplexity, as the model learns to be more unsure". How unsure a
-# model is, right or wrong: the mean entropy of its next-token distributions on val (nats), against the same yardstick
+
+# %% [markdown]
+# The paper's reason for (D): label smoothing "hurts perplexity, as the model learns to be more unsure". How unsure a
+# model is, right or wrong, is the mean entropy of its next-token distributions on val (nats), read against the same
+# yardstick:
+
+# %%
 entropy_margin = abs(rows["base, other initial weights"]["val_entropy"] - b["val_entropy"])
 ls_unsure = b["val_entropy"] - rows["(D) no label smoothing"]["val_entropy"]
 print(f"entropy with label smoothing {b['val_entropy']:.3f} nats, without {rows['(D) no label smoothing']['val_entropy']:.3f}: "

@@ -67,6 +67,7 @@ from workbench.inspect.intervene import ablate_heads
 from workbench.translation.shipped import load_any
 from workbench.translation.train import evaluate
 
+# %%
 figures.setup_offline_renderer()
 wb.set_seed(SEED)
 cpu_start = time.process_time()

@@ -173,6 +173,10 @@ def entropy_table(m, inspections, kind, normalise):
                         .mean(0) for l in range(n_layers)])                                            # (L, H)
 
 
+# %% [markdown]
+# Each model reads the validation sentences through its own tokenizer and translates them itself:
+
+# %%
 pieces = {}
 for label, m, t in (("small-de-en", small, small_tok), (name, prod, prod_tok)):
     inspections[label] = [inspect_translation(m, t, s) for s, _ in val]
@@ -214,6 +218,12 @@ PREDICT_HELD_OUT: str | None = None  # higher, equal or lower
 # %%
 train_pairs = load_multi30k("train", "de", "en", limit=2000 if SMOKE else 10000)
 t_prob = ibm1(train_pairs, iterations=5)
+
+# %% [markdown]
+# For each model: the head that agrees best with the aligner is chosen on the first half of the sentences and scored
+# on the second half, so the reported figure is not inflated by the choice.
+
+# %%
 half = len(val) // 2                                               # choose on val[:half], report on val[half:]
 best_agreement, held_out_agreement = {}, {}
 for label, m in (("small-de-en", small), (name, prod)):

@@ -366,6 +366,18 @@ def test_notebooks_pass_nbstripout_verify():
     assert verify.returncode == 0, f"run nbstripout on these: {verify.stdout.strip()}"
 
 
+MAX_CELL_LINES = 25  # a cell a student reads in one go; longer work is split with prose or moves into the package
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_code_cell_is_longer_than_a_screen(path):
+    nb = nbformat.read(path, as_version=4)
+    long = [(i, len(c.source.splitlines())) for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and len(c.source.splitlines()) > MAX_CELL_LINES]
+    assert not long, (f"{path.name}: code cells (index, lines) {long} are over {MAX_CELL_LINES} lines: split them "
+                      "with a line of prose between the parts, or move the plumbing into the package")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_check_parameters_rejects_misspelt_and_ill_typed(path):
     check_parameters(path, {"SMOKE": True, "SEED": 3})  # fine
