@@ -7,7 +7,8 @@ import random
 import pytest
 import torch
 
-from workbench.translation.batching import make_batch, padded_length, token_batches
+from workbench.translation.batching import encode_pairs, make_batch, padded_length, token_batches
+from workbench.translation.tokenizer import WordTokenizer
 
 
 def test_make_batch_shifts_target_by_one():
@@ -107,3 +108,60 @@ def test_extra_padding_leaves_loss_and_gradients_unchanged():
     torch.testing.assert_close(l2, l1, rtol=1e-5, atol=1e-5)
     for k in g1:
         torch.testing.assert_close(g2[k], g1[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+class _Counting(WordTokenizer):
+    """A word tokenizer that counts how often it is asked to encode."""
+
+    calls = 0
+
+    def encode_src(self, texts, add_bos=False, add_eos=True):
+        type(self).calls += 1
+        return super().encode_src(texts, add_bos, add_eos)
+
+
+def _pairs(n=40, seed=0):
+    rng = random.Random(seed)
+    words = "ein hund läuft über die wiese a dog runs across the meadow".split()
+    return [(" ".join(rng.choices(words, k=rng.randint(1, 12))), " ".join(rng.choices(words, k=rng.randint(1, 12))))
+            for _ in range(n)]
+
+
+def test_encode_pairs_filters_by_length_and_encodes_the_same_data_once():
+    pairs = _pairs()
+    tok = _Counting.train(pairs)
+    _Counting.calls = 0
+    src, tgt = encode_pairs(tok, pairs, max_len=8)
+    kept = [(s, t) for s, t in zip(tok.encode_src([p[0] for p in pairs]), tok.encode_tgt([p[1] for p in pairs]))
+            if len(s) <= 8 and len(t) - 1 <= 8]
+    assert 0 < len(kept) < len(pairs) and (src, tgt) == ([s for s, _ in kept], [t for _, t in kept])
+    _Counting.calls = 0
+    src[0].append(999)  # the caller edits what it got back: nothing remembered changes
+    src.pop()
+    again = encode_pairs(tok, [tuple(p) for p in pairs], max_len=8)  # equal pairs, new objects
+    assert _Counting.calls == 0 and again == ([s for s, _ in kept], [t for _, t in kept])
+    encode_pairs(tok, pairs, max_len=9)  # another max_len
+    encode_pairs(tok, pairs[:-1], max_len=8)  # other pairs
+    assert _Counting.calls == 2
+
+
+def test_encode_pairs_encodes_again_for_another_tokenizer_or_a_grown_vocabulary():
+    pairs = _pairs()
+    first, second = _Counting.train(pairs), _Counting.train([("ein hund", "a dog")])
+    _Counting.calls = 0
+    a, b = encode_pairs(first, pairs, 64), encode_pairs(second, pairs, 64)
+    assert _Counting.calls == 2 and a != b  # the second tokenizer knows fewer words: more <unk>
+    first.itos.append("new")  # a word added to its vocabulary
+    first.stoi["new"] = len(first.itos) - 1
+    encode_pairs(first, pairs, 64)
+    assert _Counting.calls == 3
+
+
+def test_encode_pairs_works_with_a_tokenizer_it_cannot_remember():
+    class Unhashable(WordTokenizer):
+        __hash__ = None
+
+    pairs = _pairs(10)
+    tok = Unhashable.train(pairs)
+    assert encode_pairs(tok, pairs, 64) == encode_pairs(tok, pairs, 64) == (
+        tok.encode_src([p[0] for p in pairs]), tok.encode_tgt([p[1] for p in pairs]))

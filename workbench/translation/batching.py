@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -139,3 +141,38 @@ def token_batches(
             raise ValueError(f"{len(batches)} batches cannot be shared by {world_size} ranks: use more data or a smaller max_tokens")
         batches = batches[rank:usable:world_size]
     return batches
+
+
+_ENCODED: weakref.WeakKeyDictionary[Any, list[tuple[Any, ...]]] = weakref.WeakKeyDictionary()
+ENCODED_PER_TOKENIZER = 4  # encoded datasets remembered per tokenizer (a lesson's train and val splits, and a few more)
+
+
+def encode_pairs(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_len: int
+                 ) -> tuple[list[list[int]], list[list[int]]]:
+    """Source and target ids of ``pairs`` (``encode_src`` / ``encode_tgt``), without the pairs of which either side
+    is longer than ``max_len`` tokens (logged).
+
+    The last few datasets each tokenizer encoded are remembered, so fitting several models on the same data (a
+    lesson's table of variants) encodes it once. A remembered result is reused only for equal pairs, the same
+    ``max_len`` and the same vocabulary sizes; every call returns new lists, so a caller that edits them changes
+    nothing remembered.
+    """
+    vocab = (getattr(tokenizer, "src_vocab_size", None), getattr(tokenizer, "tgt_vocab_size", None))  # tokens added
+    key = (tuple(map(tuple, pairs)), max_len, vocab)
+    try:
+        remembered = _ENCODED.setdefault(tokenizer, [])
+    except TypeError:  # a tokenizer that cannot be weakly referenced or hashed: encode every time
+        remembered = []
+    found = [(src, tgt) for old_key, src, tgt in remembered if old_key == key]
+    if found:
+        src_kept, tgt_kept = found[0]
+    else:
+        src = tokenizer.encode_src([p[0] for p in pairs])
+        tgt = tokenizer.encode_tgt([p[1] for p in pairs])
+        keep = [i for i in range(len(pairs)) if len(src[i]) <= max_len and len(tgt[i]) - 1 <= max_len]
+        src_kept, tgt_kept = tuple(tuple(src[i]) for i in keep), tuple(tuple(tgt[i]) for i in keep)
+        remembered.append((key, src_kept, tgt_kept))
+    if len(src_kept) < len(pairs):
+        log.info("skipping %d of %d pairs longer than max_len=%d tokens", len(pairs) - len(src_kept), len(pairs), max_len)
+    del remembered[:-ENCODED_PER_TOKENIZER]
+    return [list(ids) for ids in src_kept], [list(ids) for ids in tgt_kept]

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from workbench.errors import TrainingError
 from workbench.runtime import Precision, adam, autocast, choose_precision, resolve_device, set_seed
-from workbench.translation.batching import Batch, make_batch, token_batches
+from workbench.translation.batching import Batch, encode_pairs, make_batch, token_batches
 from workbench.translation.flops import model_train_flops, peak_flops
 from workbench.translation.kernels import use_kernels
 from workbench.translation.objective import evaluate, rate, step_loss
@@ -58,15 +58,6 @@ class History:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> History:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
-
-
-def _encode(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_len: int) -> tuple[list[list[int]], list[list[int]]]:
-    src = tokenizer.encode_src([p[0] for p in pairs])
-    tgt = tokenizer.encode_tgt([p[1] for p in pairs])
-    keep = [i for i in range(len(pairs)) if len(src[i]) <= max_len and len(tgt[i]) - 1 <= max_len]
-    if len(keep) < len(pairs):
-        log.info("skipping %d of %d pairs longer than max_len=%d tokens", len(pairs) - len(keep), len(pairs), max_len)
-    return [src[i] for i in keep], [tgt[i] for i in keep]
 
 
 def _any_rank(flag: bool, distributed: bool, device: torch.device) -> bool:
@@ -200,8 +191,8 @@ def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, st
     pad_id, max_len = model.pad_id, model.cfg.max_len
     out = Path(out_dir) if out_dir is not None else None
 
-    train_src, train_tgt = _encode(tokenizer, train_pairs, max_len)
-    val_src, val_tgt = _encode(tokenizer, val_pairs, max_len)
+    train_src, train_tgt = encode_pairs(tokenizer, train_pairs, max_len)
+    val_src, val_tgt = encode_pairs(tokenizer, val_pairs, max_len)
     if not train_src:
         raise TrainingError("no training pairs left after encoding: check the data and max_len")
     val_idx = token_batches([len(s) for s in val_src], [len(t) - 1 for t in val_tgt], cfg.max_tokens, shuffle=False)
