@@ -108,6 +108,12 @@ for kind, stat in pron_stats.items():
     print(f"{kind}: largest weight on '{ANTECEDENT}' {stat['max']:.2f} (layer {l}, head {h}), mean over heads "
           f"{stat['mean']:.2f}, uniform {uniform:.2f}; heads whose most-read word is '{ANTECEDENT}': "
           f"{stat['heads_reading_antecedent_most']} of {on_ante.numel()}; most-read words: " + ", ".join(most_read))
+
+# %% [markdown]
+# The cross-attention head with the largest weight on the antecedent, read on every output token: does it pick the
+# antecedent out only while the pronoun is written, or all the time?
+
+# %%
 bl, bh = pron_stats["dec.cross"]["best_head"]
 best = reading.best_cross_row()                                         # (T_out, S): that head on every output token
 figures.attention_heatmap(best, pron.out_tokens, pron.src_tokens,
@@ -179,8 +185,10 @@ result
 # ### Exercise 10.positional_score · `positional_score`
 #
 # A *previous-token head* puts its weight on key $i-1$ for query $i$. For an `offset` ($-1$: previous token, $+1$:
-# next), take the weight of each query $i$ on key $i + \text{offset}$, and average it over the real query rows that
-# *have* such a key (query 0 has no previous token: it is left out, not counted as 0), for each head.
+# next), take the weight of each query $i$ on key $i + \text{offset}$, and average it, for each head, over the real
+# query rows that *have* such a key and attend to something. A query has the key when $0 \le i + \text{offset} < T$
+# (query 0 has no previous token: it is left out, not counted as 0; a padding key counts, with its weight of 0). A
+# row attends to something when its weights are not all 0 (a query whose every key was masked has a row of zeros).
 #
 # Shapes: `weights` (B, H, T, T), `offset` an int, `query_mask` (B, T) bool or `None` → (H,).
 

@@ -97,8 +97,12 @@ def analytic_path_length(kind: str, n: int, k: int = 3, r: int = 8, dilated: boo
     # our layers use centred neighbourhoods: a kernel of width k (or a window of r keys) reaches (k-1)/2 (r/2)
     # positions to each side, so one layer moves information that far
     if kind == "convolutional":
+        if not dilated and k < 3:
+            raise ValueError(f"a centred kernel of width k={k} reaches no neighbour: use k >= 3 (or dilated=True)")
         return ceil_log(n, k) if dilated else _ceil_div(n - 1, (k - 1) // 2)
     if kind == "restricted":
+        if r < 2:
+            raise ValueError(f"a window of r={r} key reaches no neighbour: use r >= 2")
         return _ceil_div(n - 1, r // 2)
     raise _unknown(kind)
 

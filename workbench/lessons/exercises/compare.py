@@ -90,7 +90,9 @@ def difference(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-4, path
             return f"NaN where the expected value is {want:.4g}{_where(path)}"
         if math.isclose(got, want, rel_tol=rtol, abs_tol=atol):
             return None
-        return f"{got:.6g}, expected {want:.6g} (difference {abs(got - want):.3g}){_where(path)}"
+        shown = next((f"{got:.{p}g}", f"{want:.{p}g}") for p in (6, 9, 12, 17)  # enough digits to tell them apart
+                     if p == 17 or f"{got:.{p}g}" != f"{want:.{p}g}")
+        return f"{shown[0]}, expected {shown[1]} (difference {abs(got - want):.3g}){_where(path)}"
     if got != want:
         return f"{got!r:.60}, expected {want!r:.60}{_where(path)}"
     return None

@@ -206,7 +206,7 @@ def observe(exercise_id: str, fn: Callable[..., Any], seed: int = 0, time_limit:
             entry: dict[str, Any] = {"name": case.name}
             try:
                 with (_package_answer_unavailable(ex, fn) if own_work else contextlib.nullcontext()), \
-                        torch.no_grad():
+                        torch.enable_grad():  # as in a notebook cell: an answer may take gradients itself
                     out = _call_with_limit(lambda *a: _run(ex, fn, a), args, remaining)
                 entry["output"] = plain(out)
                 entry["inputs_after"] = plain(args)
@@ -242,7 +242,7 @@ def _outputs(ex: Exercise, fn: Callable[..., Any], cases: Sequence[Case]) -> lis
     out = []
     for case in cases:
         try:
-            with torch.no_grad():
+            with torch.enable_grad():  # the same mode as the student's answer runs in (observe)
                 out.append(plain(_run(ex, fn, _fresh(case.args))))
         except Exception:
             return None

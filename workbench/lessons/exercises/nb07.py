@@ -174,7 +174,11 @@ def _avg_cases() -> list[Case]:
         return [{"w": torch.randn(3, 4, generator=g, dtype=dtype), "b": torch.randn(4, generator=g, dtype=dtype)}
                 for _ in range(n)]
 
-    return [Case("3 checkpoints", (sds(3),)), Case("1 checkpoint", (sds(1),)), Case("5 checkpoints, float64", (sds(5, torch.float64),))]
+    mixed = [*sds(2, torch.float64), *sds(1)]  # a float32 checkpoint last: the mean comes back in float32
+    return [Case("3 checkpoints", (sds(3),)), Case("1 checkpoint", (sds(1),)),
+            Case("5 checkpoints, float64", (sds(5, torch.float64),)),
+            Case("float64 checkpoints, then a float32 one", (mixed,)),
+            Case("7 bfloat16 checkpoints (a sum in bfloat16 rounds at every step)", (sds(7, torch.bfloat16),))]
 
 
 def _avg_draw(rng) -> Case:

@@ -104,7 +104,9 @@ def _pad_cases() -> list[Case]:
     src, tgt = [3, 9, 4, 4, 12, 1], [5, 7, 5, 3, 10, 2]
     return [Case("3 batches, two sides", ([[0, 1], [2, 3], [4, 5]], src, tgt)),
             Case("sorted by length, one side", ([[5, 0], [2, 3], [1, 4]], src)),
-            Case("one batch of 1", ([[4]], src, tgt))]
+            Case("one batch of 1", ([[4]], src, tgt)),
+            Case("an empty batch among others", ([[0, 1], [], [2]], src, tgt)),
+            Case("no batches at all: no slots", ([], src))]
 
 
 def _pad_draw(rng) -> Case:

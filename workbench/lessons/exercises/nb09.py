@@ -77,7 +77,8 @@ def _unigrams(hyp, ref, n):
 register(Exercise(
     "09.ngram_matches", "clipped n-gram matches of one sentence", ngram_matches,
     lambda: [Case("n = 1..4 on four sentence pairs", (PAIRS, 4)),
-             Case("repeated words, n = 1..3", ([("the the cat the", "the cat the cat"), ("a a a", "a")], 3))],
+             Case("repeated words, n = 1..3", ([("the the cat the", "the cat the cat"), ("a a a", "a")], 3)),
+             Case("n-grams that run together the same", ([("ab c", "a bc"), ("a b c", "ab c"), ("x yz", "xy z")], 2))],
     driver=over_pairs, draw=_ngram_draw,
     package=("sacrebleu.metrics.helpers.extract_word_ngrams", "sacrebleu.metrics.helpers.extract_all_word_ngrams"),
     mistakes=(

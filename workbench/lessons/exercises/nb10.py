@@ -37,11 +37,18 @@ def _cases(offset: bool) -> list[Case]:
     w2, m2 = _weights(3, 2, 5, [5, 2, 4], g, dtype=torch.float64, causal=True)
     w3, _ = _weights(1, 3, 4, [4], g)
     w4, m4 = _weights(2, 2, 1, [1, 1], g, dtype=torch.float64)
+    w5 = w1.clone()
+    w5[0, :, 2] = 0.0  # a real query whose keys were all masked: a row of zeros (the workbench's convention)
+    w5[1, 1:, 0] = 0.0
+    w6 = w3.clone()
+    w6[0, 0, 1] = 0.0
     extra = (-1,) if offset else ()
     return [Case("ragged batch of 2, 4 heads", (w1, *extra, m1)),
             Case("causal, float64, 3 sentences", (w2, *extra, m2)),
             Case("batch 1, no query mask", (w3, *extra, None)),
-            Case("length 1, float64", (w4, *extra, m4))]
+            Case("length 1, float64", (w4, *extra, m4)),
+            Case("real queries that attend to nothing (rows of zeros)", (w5, *extra, m1)),
+            Case("a row of zeros, no query mask", (w6, *extra, None))]
 
 
 def _draw(offset: bool):

@@ -68,16 +68,19 @@ register(Exercise(
 def _path_cases() -> list[Case]:
     rows = [(kind, n, 3, 8, False) for kind in KINDS for n in (1, 2, 9, 10, 50)]
     powers = [("convolutional", n, k, 8, True) for k, n in ((3, 27), (3, 28), (5, 125), (5, 126), (2, 1), (7, 343))]
-    return [Case("every kind, n = 1, 2, 9, 10, 50", (rows,)), Case("dilated, n at exact powers of k", (powers,))]
+    even_odd = [(kind, n, k, r, False) for kind in ("convolutional", "restricted") for n in (2, 9, 10, 33)
+                for k, r in ((4, 5), (6, 3), (4, 3))]  # an even kernel and an odd window: the floors show
+    return [Case("every kind, n = 1, 2, 9, 10, 50", (rows,)), Case("dilated, n at exact powers of k", (powers,)),
+            Case("even kernel widths and odd windows", (even_odd,))]
 
 
 def _path_draw(rng) -> Case:
     rows = []
     for _ in range(10):
         kind = rng.choice(KINDS)
-        k = rng.choice([3, 5, 7])
+        k = rng.choice([3, 4, 5, 6, 7])
         n = k ** rng.randint(1, 6) + rng.choice([-1, 0, 0, 1]) if rng.random() < 0.5 else rng.randint(1, 400)
-        rows.append((kind, max(n, 1), k, rng.choice([2, 4, 8, 16]), kind == "convolutional" and rng.random() < 0.6))
+        rows.append((kind, max(n, 1), k, rng.choice([2, 3, 4, 5, 8, 16]), kind == "convolutional" and rng.random() < 0.6))
     return Case("10 random (kind, n, k, r, dilated)", (rows,))
 
 
@@ -107,6 +110,18 @@ def _path_floor(kind, n, k=3, r=8, dilated=False):
     return analytic_path_length(kind, n, k, r, dilated)
 
 
+def _path_half_kernel(kind, n, k=3, r=8, dilated=False):
+    if kind == "convolutional" and not dilated and n > 1:
+        return -(-(n - 1) // (k // 2))
+    return analytic_path_length(kind, n, k, r, dilated)
+
+
+def _path_half_window(kind, n, k=3, r=8, dilated=False):
+    if kind == "restricted" and n > 1:
+        return math.ceil((n - 1) / (r / 2))
+    return analytic_path_length(kind, n, k, r, dilated)
+
+
 register(Exercise(
     "11.path_length", "the layers before output n-1 depends on input 0 (Table 1's last column)", analytic_path_length,
     _path_cases, driver=over_rows, draw=_path_draw, package=PACKAGE, atol=0, rtol=0, name="path_length",
@@ -119,4 +134,8 @@ register(Exercise(
         Mistake("recurrent path of one layer", "unrolled in time, the recurrent layer is n applications of its cell: "
                 "the signal from position 0 crosses n of them", _path_recurrent_one),
         Mistake("rounded down", "a last partial step still needs a layer: round the division up", _path_floor),
+        Mistake("half the kernel width", "a centred kernel of width k reaches (k - 1) // 2 positions to each side: "
+                "k // 2 is one too many for an even k (the middle position is the query's own)", _path_half_kernel),
+        Mistake("half a window in floating point", "a window of r keys reaches r // 2 positions to each side, a whole "
+                "number: r / 2 counts half a position for an odd r", _path_half_window),
     )))
