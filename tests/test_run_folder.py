@@ -78,6 +78,40 @@ def test_resume_continues_and_a_killed_write_leaves_only_a_temporary_file_that_i
     assert complete["step"] == state["step"] and complete["settings"]["epochs"] == 2
 
 
+@pytest.mark.parametrize("left", [("best.pt", "summary.json"), ("ckpt_step0000002.pt",)])
+def test_resume_without_last_pt_refuses_to_start_again_over_the_runs_files(tmp_path, capsys, left):
+    """The finding: a run stopped before an epoch ended (or whose last.pt was removed) was 'resumed' from step 0,
+    writing over its best.pt and numbered checkpoints, with a log line saying no epoch had finished."""
+    data = _corpus(tmp_path / "data")
+    run = tmp_path / "run"
+    assert main(_argv(run, data)) == 0
+    for f in run.iterdir():
+        if f.name not in (*left, "run.json"):
+            f.unlink()
+    if "ckpt_step0000002.pt" in left and not (run / "ckpt_step0000002.pt").exists():
+        (run / "ckpt_step0000002.pt").write_bytes(b"a numbered snapshot")
+    before = _bytes(run)
+    assert main(_argv(run, data, "--resume")) != 0
+    err = capsys.readouterr().err
+    assert "no last.pt to continue from" in err and "--overwrite" in err and left[0] in err
+    assert _bytes(run) == before
+    assert main(_argv(run, data)) != 0 and "--resume" not in capsys.readouterr().err.split("already holds a run:")[1]
+    assert main(_argv(run, data, "--overwrite")) == 0  # the way out it names: the old run is moved aside, whole
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("run.replaced-")]
+    assert len(aside) == 1 and _bytes(aside[0]) == before
+
+
+def test_a_run_with_nothing_but_its_record_starts_again_on_resume(tmp_path):
+    out = tmp_path / "run"
+    with run_folder.open_run(out, "new", {"x": 1}):
+        pass
+    assert run_folder.plan(out, resume=True) == "resume"  # stopped before anything was written: nothing to lose
+    (out / "best.pt").write_bytes(b"x")
+    with pytest.raises(RunFolderError, match="no last.pt"):
+        run_folder.plan(out, resume=True)
+    assert run_folder.plan(out, resume=True, restart=True) == "resume"  # a cache entry's own partial files
+
+
 def test_the_lock_refuses_a_second_training_and_goes_with_its_holder(tmp_path):
     out = tmp_path / "run"
     with run_folder.open_run(out, "new", {"x": 1}):

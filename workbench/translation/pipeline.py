@@ -54,13 +54,13 @@ def build_translator(arch: str, preset_name: str, vocab_size: int, pad_id: int, 
 
 
 def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume: bool = False,
-                      overwrite: bool = False) -> dict[str, Any]:
+                      overwrite: bool = False, restart: bool = False) -> dict[str, Any]:
     """Train the translator ``run`` describes and write its run folder to ``out_dir``; returns a summary (also saved
     as ``summary.json``, then ``complete.json``: the settings and step count of a run that finished as asked).
 
     The folder is owned (:mod:`workbench.translation.run_folder`): a folder that holds a run is refused unless
     ``resume=True`` (continue it from its ``last.pt``; a run interrupted before its first epoch ended starts again
-    from step 0) or ``overwrite=True`` (the old run is moved aside, never deleted); ``resume`` where no run is is
+    from step 0 only where that overwrites nothing of it, or with ``restart=True``: a cache entry's own) or ``overwrite=True`` (the old run is moved aside, never deleted); ``resume`` where no run is is
     refused; a lock keeps a second training out. Nothing is changed before the data has loaded.
 
     Under ``torchrun`` every rank returns the summary and only rank 0 takes the folder and writes files.
@@ -79,7 +79,8 @@ def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume
     cfg = run.train
     out = Path(out_dir)
     writer = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-    mode = run_folder.plan(out, resume=resume, overwrite=overwrite) if writer else "resume" if resume else "new"
+    mode = (run_folder.plan(out, resume=resume, overwrite=overwrite, restart=restart) if writer
+            else "resume" if resume else "new")
     train_pairs = load_pairs("train", run.src, run.tgt, run.data_dir, run.limit, run.train_src, run.train_tgt)
     val_pairs = load_pairs("val", run.src, run.tgt, run.data_dir, None, run.val_src, run.val_tgt)
     set_seed(cfg.seed)
@@ -308,7 +309,7 @@ def train_cached(run: RunConfig, folder: Path) -> None:
         else:
             log.info("cached model %s was interrupted before its first epoch ended (no completion record): "
                      "training it again from step 0 (%s)", folder, budget)
-        train_translation(run, out_dir=folder, resume=True)
+        train_translation(run, out_dir=folder, resume=True, restart=True)
     elif holds_run(folder):
         log.info("cached model %s has no run record (an interrupted or foreign entry): training it again (%s; the "
                  "old entry is moved aside)", folder, budget)

@@ -77,13 +77,24 @@ def aside_name(out: Path) -> Path:
     return candidate
 
 
-def plan(out: str | Path, resume: bool = False, overwrite: bool = False) -> str:
+def _would_be_lost(out: Path) -> list[str]:
+    """The files of a run that starting it again from step 0 in ``out`` would overwrite (all but its records)."""
+    names = [n for n in RUN_FILES if n not in (RUN_RECORD, "last.pt") and (out / n).exists()]
+    return names + sorted(p.name for p in out.glob("ckpt_step*.pt"))
+
+
+def plan(out: str | Path, resume: bool = False, overwrite: bool = False, restart: bool = False) -> str:
     """What a training may do with the folder ``out``, changing nothing: ``"new"`` (start a run),
     ``"resume"`` (continue the run there) or ``"overwrite"`` (move the run there aside, start a new one).
 
+    A run without ``last.pt`` (stopped before an epoch ended, or the file removed) cannot be continued: ``--resume``
+    would start it again from step 0, which is refused where that overwrites checkpoints or records, unless
+    ``restart`` (a cache entry of the package's own, whose partial files are worth nothing).
+
     Raises:
         RunFolderError: ``out`` cannot be written; ``--resume`` with ``--overwrite``; ``--resume`` where no run
-            is; a run is there and neither ``--resume`` nor ``--overwrite`` was given; another training holds it.
+            is, or where it would start again over the run's files; a run is there and neither ``--resume`` nor
+            ``--overwrite`` was given; another training holds it.
     """
     out = check_writable_folder(out)
     if resume and overwrite:
@@ -93,9 +104,17 @@ def plan(out: str | Path, resume: bool = False, overwrite: bool = False) -> str:
     if resume and not there:
         raise RunFolderError(f"--resume: {out} holds no run to resume (no {RUN_RECORD} nor last.pt): check the "
                              "path, or drop --resume to start a new run there")
+    lost = _would_be_lost(out) if there and not (out / "last.pt").exists() else []
     if there and not (resume or overwrite):
-        raise RunFolderError(f"{out} already holds a run: pass --resume to continue it, or --overwrite to move it "
-                             f"aside (to {aside_name(out).name}) and start a new one, or choose another --out")
+        how = "" if lost else "pass --resume to continue it, or "
+        raise RunFolderError(f"{out} already holds a run: {how}pass --overwrite to move it aside (to "
+                             f"{aside_name(out).name}) and start a new one, or choose another --out")
+    if resume and lost and not restart:
+        shown = ", ".join(lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
+        raise RunFolderError(f"--resume: {out} has no last.pt to continue from (the run stopped before an epoch "
+                             f"ended, or last.pt was removed), and starting again from step 0 would overwrite "
+                             f"{shown}: pass --overwrite instead to move that run aside (to {aside_name(out).name}) "
+                             "and start a new one, or choose another --out")
     if there:
         _refuse_if_locked(out)
     return "resume" if resume else "overwrite" if there else "new"
