@@ -132,7 +132,7 @@ def test_encode_pairs_filters_by_length_and_encodes_the_same_data_once():
     tok = _Counting.train(pairs)
     _Counting.calls = 0
     src, tgt = encode_pairs(tok, pairs, max_len=8)
-    kept = [(s, t) for s, t in zip(tok.encode_src([p[0] for p in pairs]), tok.encode_tgt([p[1] for p in pairs]))
+    kept = [(s, t) for s, t in zip(tok.encode_src([p[0] for p in pairs]), tok.encode_tgt([p[1] for p in pairs]), strict=True)
             if len(s) <= 8 and len(t) - 1 <= 8]
     assert 0 < len(kept) < len(pairs) and (src, tgt) == ([s for s, _ in kept], [t for _, t in kept])
     _Counting.calls = 0

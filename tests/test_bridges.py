@@ -388,6 +388,19 @@ def test_cli_export_ctranslate2_translates_as_we_do(tmp_path, multi30k_dir):
     translator = ct2_translator(tmp_path / "ct2", intra_threads=1)
     assert torch.get_num_threads() == threads  # opening it left PyTorch's thread count alone
     assert ct2_translate(translator, tok, sources, beam=1) == translate(model, tok, sources, beam=1)
+    # --force writes the conversion's files into a folder the user keeps other things in, and keeps them
+    # (CTranslate2's own force deletes the folder first: the probe lost a thesis and a subfolder that way)
+    kept = tmp_path / "mine"
+    (kept / "sub").mkdir(parents=True)
+    (kept / "thesis.txt").write_text("three years of work")
+    (kept / "model.bin").write_bytes(b"an older conversion")
+    assert main(["export", "--to", "ctranslate2", "small-de-en", str(kept)]) != 0  # not empty: refused
+    assert main(["export", "--to", "ctranslate2", "small-de-en", str(kept), "--force"]) == 0
+    assert (kept / "thesis.txt").read_text() == "three years of work" and (kept / "sub").is_dir()
+    assert (kept / "model.bin").stat().st_size > 1000 and not [p for p in kept.iterdir() if p.name.startswith(".ct2")]
+    assert ct2_translate(ct2_translator(kept, intra_threads=1), tok, sources[:4], beam=1) == translate(
+        model, tok, sources[:4], beam=1)
+    assert main(["export", "--to", "huggingface", "small-de-en", str(tmp_path / "hf8"), "--quantization", "int8"]) != 0
 
 
 def test_new_model_config_fields_are_validated_and_default_to_the_paper():

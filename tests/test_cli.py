@@ -261,3 +261,48 @@ def test_evaluate_a_shipped_model_decodes_with_its_cards_length_penalty(capsys, 
     assert json.loads(capsys.readouterr().out)["alpha"] == card_alpha(read_card("small-de-en"))
     assert main([*args, "--alpha", "0.6"]) == 0
     assert json.loads(capsys.readouterr().out)["alpha"] == 0.6
+
+
+def test_an_unforeseen_error_is_one_line_and_the_traceback_is_one_flag_away(capsys):
+    """The probe's finding: a library's own error (here torch's, for a vocabulary of 0) printed a raw traceback."""
+    assert main(["info", "--preset", "tiny", "--vocab-size", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "--debug" in err and "vocab_size=0" in err
+    with pytest.raises(ValueError):
+        main(["--debug", "info", "--preset", "tiny", "--vocab-size", "0"])
+
+
+def test_average_never_replaces_a_file_it_was_not_asked_to(tmp_path, capsys):
+    """The probe's finding: `average RUN --out FILE` replaced any file (training text, the run's best.pt)."""
+    import workbench as wb
+    from workbench.translation.checkpoint import save_checkpoint
+    from workbench.translation.tokenizer import WordTokenizer
+
+    run = tmp_path / "run"
+    tok = WordTokenizer.train([("ein hund", "a dog")])
+    model = wb.build_model(wb.preset("tiny"), tok.src_vocab_size, tok.tgt_vocab_size)
+    for step in (1, 2):
+        save_checkpoint(run / f"ckpt_step{step:07d}.pt", model, tok, step=step)
+    mine = tmp_path / "train.de"
+    mine.write_text("meine Daten\n")
+    assert main(["average", str(run), "--out", str(mine)]) == 2
+    assert "already exists" in capsys.readouterr().err and mine.read_text() == "meine Daten\n"
+    assert main(["average", str(run), "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert main(["average", str(run)]) == 0 and main(["average", str(run)]) == 0  # its own averaged.pt: replaced
+    assert main(["average", str(run), "--out", str(mine), "--force"]) == 0  # asked: replaced
+    assert mine.read_bytes()[:2] != b"me"
+
+
+def test_pretrained_build_refuses_a_folder_that_holds_files(tmp_path, capsys):
+    """The probe's finding: `pretrained build --out` wrote into any folder, and a build killed partway left new
+    weights beside an old card. Refused before any work, unless --force."""
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "card.json").write_text("{}")
+    argv = ["pretrained", "build", str(tmp_path / "no-run"), "--name", "x", "--out", str(out), "--train-command", "t",
+            "--title", "t"]
+    assert main(argv) == 2
+    assert "not empty" in capsys.readouterr().err and (out / "card.json").read_text() == "{}"
+    assert main([*argv, "--force"]) != 0  # past the folder check: the run folder is missing
+    assert "not empty" not in capsys.readouterr().err

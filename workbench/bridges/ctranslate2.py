@@ -11,6 +11,8 @@ rest (post-LN, no embedding LayerNorm, sinusoidal positions read from the model)
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,11 +61,24 @@ def _workbench_marian_loader() -> Iterator[None]:
 def convert_huggingface_folder(hf_dir: str | Path, out_dir: str | Path, quantization: str | None = None,
                                force: bool = False) -> Path:
     """Convert a folder written by :func:`workbench.bridges.huggingface.to_huggingface` with CTranslate2's
-    ``TransformersConverter`` (``quantization``: None for float32, or ``"int8"``, ``"float16"``...)."""
+    ``TransformersConverter`` (``quantization``: None for float32, or ``"int8"``, ``"float16"``...).
+
+    A folder that is not empty is refused unless ``force``; then only the files the conversion writes are replaced
+    (CTranslate2's own ``force`` deletes the whole folder first, with whatever else the user kept there)."""
     _, ct2t = _require_ctranslate2()
-    with _workbench_marian_loader():
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
+        raise BridgeError(f"{out} is a file or a folder that is not empty: choose a new folder, or force=True (the "
+                          "command's --force) to write into it (files of other names are kept)")
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ct2-", dir=out) as tmp, _workbench_marian_loader():
         converter = ct2t.TransformersConverter(str(hf_dir))
-        return Path(converter.convert(str(out_dir), quantization=quantization, force=force))
+        written = Path(converter.convert(str(Path(tmp) / "model"), quantization=quantization))
+        for item in written.iterdir():
+            if (out / item.name).is_dir():  # a folder of the same name: the conversion's replaces it
+                shutil.rmtree(out / item.name)
+            os.replace(item, out / item.name)
+    return out
 
 
 def to_ctranslate2(model: Any, tokenizer: Any, out_dir: str | Path, quantization: str | None = None,

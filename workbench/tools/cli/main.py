@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+from workbench.errors import CheckpointError, WorkbenchError
 from workbench.runtime import keep_freed_memory
 from workbench.tools.cli.course import add_course_commands
 from workbench.tools.cli.run_options import add_run_options, run_config_from_args
@@ -150,6 +150,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.to == "huggingface":
         from workbench.bridges.huggingface import to_huggingface
 
+        if args.quantization is not None:
+            from workbench.errors import BridgeError
+
+            raise BridgeError(f"--quantization {args.quantization}: a transformers folder is written in float32; "
+                              "quantize with --to ctranslate2 or --to onnx")
+
         to_huggingface(model, tokenizer, out)
         print(f"wrote a transformers Marian folder to {out}: MarianMTModel.from_pretrained('{out}'), "
               f"AutoTokenizer.from_pretrained('{out}')")
@@ -218,6 +224,11 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
         print(json.dumps({"decoding": card["decoding"], "bleu": card["bleu"]}, indent=2))
         return 0
     if args.action == "build":
+        out = Path(args.out)
+        if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not args.force)):
+            raise WorkbenchError(f"--out {out} is a file or a folder that is not empty: choose a new folder, or pass "
+                                 "--force to rebuild a model folder in place (its files are replaced one by one, so "
+                                 "an interrupted rebuild leaves a mixed folder: check it with sha256sum -c SHA256SUMS in it)")
         card = release.build_shipped(args.run_dir, args.name, args.out, train_command=args.train_command,
                                      title=args.title, summary=args.summary, commit=args.commit, budget=args.budget,
                                      threads=args.threads, data_dir=args.data_dir, average=tuple(args.average),
@@ -258,7 +269,14 @@ def cmd_average(args: argparse.Namespace) -> int:
     from workbench.translation.run_folder import check_writable_folder
 
     if args.out:  # the folder the averaged file goes into must be a folder one can write
-        check_writable_folder(Path(args.out).parent, "--out: the folder")
+        target = Path(args.out)
+        if target.is_dir():
+            raise CheckpointError(f"--out {target} is a folder: give the averaged checkpoint a file name, e.g. "
+                                  f"--out {target / 'averaged.pt'}")
+        if target.exists() and not args.force:  # a file of the user's: never replaced unless asked
+            raise CheckpointError(f"--out {target} already exists: choose a new file name, or pass --force to replace "
+                                  "it")
+        check_writable_folder(target.parent, "--out: the folder")
     out = average_last(Path(args.run_dir), last=args.last, out=Path(args.out) if args.out else None)
     print(out)
     return 0
@@ -335,7 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("average", help="average the last k epoch checkpoints of a run (the paper uses 5)")
     p.add_argument("run_dir")
     p.add_argument("--last", type=int, default=5)
-    p.add_argument("--out", default=None, help="output file (default RUN_DIR/averaged.pt)")
+    p.add_argument("--out", default=None, help="output file (default RUN_DIR/averaged.pt, replaced by each average); "
+                   "an existing file is refused unless --force")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.set_defaults(func=cmd_average)
 
     add_course_commands(sub)
@@ -359,7 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("build", help="turn a training run into a shipped model folder with its card")
     q.add_argument("run_dir")
     q.add_argument("--name", required=True)
-    q.add_argument("--out", required=True, help="model folder to write (e.g. workbench/pretrained/NAME)")
+    q.add_argument("--out", required=True, help="model folder to write (e.g. workbench/pretrained/NAME); a folder "
+                   "that is not empty is refused unless --force")
+    q.add_argument("--force", action="store_true", help="rebuild into a folder that is not empty")
     q.add_argument("--train-command", required=True, help="the exact command that trained the run (for the card)")
     q.add_argument("--title", required=True)
     q.add_argument("--summary", default="")
@@ -437,6 +459,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as the standard tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 1
+    except Exception as exc:  # anything else (a file system refusal, a library's own error) in one line
+        if args.debug or os.environ.get("WORKBENCH_DEBUG"):
+            raise
+        print(f"workbench {args.command}: error: {_one_line(exc)} (run again with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception the command did not foresee, said in one line: an OSError as what failed on which path."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename is not None else ""
+        return f"{exc.strerror.lower()}{where}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 if __name__ == "__main__":
