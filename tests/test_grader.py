@@ -240,6 +240,32 @@ def test_gradebook_files(graded, tmp_path):
     assert [r["student"] for r in totals(book)] == ["broken", "forger", "honest", "renamer", "twin"]
 
 
+def test_a_second_grading_keeps_the_first_gradebook(graded, tmp_path):
+    """The probe's finding: grading again into the same --out replaced a gradebook an instructor may have edited."""
+    book, _ = graded
+    paths = write_gradebook(book, tmp_path)
+    paths["totals"].write_text("edited by hand\n")
+    write_gradebook(book, tmp_path)
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("previous-")]
+    assert len(kept) == 1 and (kept[0] / "totals.csv").read_text() == "edited by hand\n"
+    assert sorted(p.name for p in kept[0].iterdir()) == ["gradebook.csv", "gradebook.json", "totals.csv"]
+    assert paths["totals"].read_text() != "edited by hand\n"
+
+
+@pytest.mark.parametrize("extra", [["--memory-gb", "0"], ["--timeout", "nan"], ["--jobs", "0"], ["--out", "INSIDE"]])
+def test_grading_options_that_would_grade_wrongly_are_refused_before_any_work(tmp_path, capsys, extra):
+    from workbench.tools.cli.main import main
+
+    klass = tmp_path / "class"
+    (klass / "alice").mkdir(parents=True)
+    extra = [str(klass / "alice" / "book") if e == "INSIDE" else e for e in extra]
+    argv = ["notebooks", "grade", str(klass), "--checks-only", *extra]
+    if "--out" not in extra:
+        argv += ["--out", str(tmp_path / "gradebook")]
+    assert main(argv) == 2
+    assert "error:" in capsys.readouterr().err and not (tmp_path / "gradebook").exists()
+
+
 # -- hostile solutions ---------------------------------------------------------------------------------------------
 HOSTILE = {
     # a loop the check's own alarm stops

@@ -723,3 +723,16 @@ def test_a_cell_that_never_ends_fails_with_a_time_out_instead_of_hanging(tmp_pat
     result = runner.run_notebook(nb, tmp_path / "out", html_report=False, quiet=True)
     assert result["status"] == "failed" and "timed out" in result["error"].lower(), result
     assert time.perf_counter() - t0 < 100
+
+
+def test_a_cell_that_calls_sys_exit_0_ends_the_notebook_as_failed_not_ok(tmp_path):
+    """The probe's finding: papermill returns normally after a cell's sys.exit(0), so a notebook whose later cells
+    never ran (a student's, in the grader) was reported ok and 'ran to the end'."""
+    import workbench.tools.book.runner as runner
+
+    nb = _write_notebook(tmp_path / "01_exits.ipynb", "import sys\nsys.exit(0)")
+    result = runner.run_notebook(nb, tmp_path / "out", html_report=False, quiet=True)
+    assert result["status"] == "failed" and "SystemExit" in result["error"] and "never ran" in result["error"], result
+    ok = runner.run_notebook(_write_notebook(tmp_path / "02_fine.ipynb", "x = 1"), tmp_path / "out2",
+                             html_report=False, quiet=True)
+    assert ok["status"] == "ok", ok

@@ -211,6 +211,9 @@ def run_notebook(
                 extra_arguments=list(QUIET_KERNEL_ARGS) if quiet else [],
                 engine_name=register(),  # waits on the kernel that cannot miss a reply (kernel_client.py)
             )
+        stopped = stopped_early(executed)
+        if stopped:  # papermill returns normally after a cell's sys.exit(0): the cells after it never ran
+            raise NotebookStoppedError(stopped)
         result["status"] = "ok"
     except Exception as exc:  # papermill's PapermillExecutionError carries the failing cell's ename/evalue
         result["status"] = "failed"
@@ -226,6 +229,27 @@ def run_notebook(
         result["html"] = str(page)
         result["html_offline"] = html_is_offline(page.read_text(encoding="utf-8"))
     return result
+
+
+class NotebookStoppedError(RuntimeError):
+    """A notebook that papermill ran without an error, but not to its end (a cell called ``sys.exit(0)``)."""
+
+
+def stopped_early(executed: str | Path) -> str | None:
+    """None when every code cell of the executed notebook ran and none failed, else one line saying where it
+    stopped (papermill records each cell's status; ``sys.exit(0)`` in a cell ends the run without an error)."""
+    import nbformat
+
+    cells = [c for c in nbformat.read(str(executed), as_version=4).cells if c.cell_type == "code"]
+    states = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
+    pending = sum(state == "pending" for state in states)
+    failed = [i for i, state in enumerate(states) if state == "failed"]
+    if not failed and not pending:
+        return None
+    where = f"code cell {failed[0] + 1} of {len(cells)} failed" if failed else "the run ended early"
+    errors = [o for o in cells[failed[0]].get("outputs", []) if o.get("output_type") == "error"] if failed else []
+    why = f" ({errors[0].get('ename')}: {errors[0].get('evalue')})" if errors else ""
+    return f"{where}{why}; {pending} code cell(s) after it never ran"
 
 
 # -- the series -------------------------------------------------------------------------------------------------

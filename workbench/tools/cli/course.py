@@ -8,6 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
+from workbench.errors import WorkbenchError
+
 JOBS_HELP = ("notebooks executed at the same time (default: 2 on a machine with 2 or more cores, or "
              "$WORKBENCH_NOTEBOOK_JOBS; 1 runs them one after the other)")
 GRADE_DESCRIPTION = """\
@@ -77,6 +79,23 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _check_grade_options(args: argparse.Namespace) -> None:
+    """Refuse, before any grading, the options that would grade wrongly: limits that are not positive numbers, and a
+    gradebook inside the class folder (the sandbox hides it from the students' code, so it hides part of the
+    class)."""
+    import math
+
+    for name, value in (("--timeout", args.timeout), ("--memory-gb", args.memory_gb)):
+        if not (isinstance(value, float) and math.isfinite(value) and value > 0):
+            raise WorkbenchError(f"{name} {value}: give a positive number (the defaults are 300 seconds and 4 GB)")
+    if args.jobs is not None and args.jobs < 1:
+        raise WorkbenchError(f"--jobs {args.jobs}: grade at least 1 notebook at a time")
+    target, out = Path(args.target).expanduser().resolve(), Path(args.out).expanduser().resolve()
+    if out == target or out.is_relative_to(target):
+        raise WorkbenchError(f"--out {args.out} lies inside the class folder {args.target}: write the gradebook "
+                             "outside it (the default is ./gradebook)")
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     """``notebooks grade CLASS_DIR``: grade every student's notebooks in the sandbox, write the gradebook, print a
     summary (or the exercise rows as JSON); exit 1 when an exercise did not pass."""
@@ -86,6 +105,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from workbench.tools.grading.sandbox import Limits
 
     logging.getLogger("papermill").setLevel(logging.ERROR)
+    _check_grade_options(args)
     limits = Limits(memory_bytes=int(args.memory_gb * 2**30))
     only = tuple(o[:2] for o in args.only or ())
     opts = GradeOptions(mode="checks" if args.checks_only else "full", smoke=args.smoke,

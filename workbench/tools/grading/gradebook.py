@@ -74,6 +74,7 @@ def write_gradebook(book: dict[str, Any], out_dir: str | Path) -> dict[str, Path
     record with its isolation and provenance) into ``out_dir``; returns their paths by kind."""
     out = Path(out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
+    _keep_previous(out)
     rows = totals(book)
     items = [k for row in rows for k in row if k not in ("student", "passed", "exercises", "predictions_right",
                                                           "predictions", "notes")]
@@ -83,6 +84,27 @@ def write_gradebook(book: dict[str, Any], out_dir: str | Path) -> dict[str, Path
     _atomic(paths["totals"], _csv(rows, columns))
     _atomic(paths["json"], json.dumps(book, indent=1, default=str))
     return paths
+
+
+GRADEBOOK_FILES = ("gradebook.csv", "totals.csv", "gradebook.json")
+
+
+def _keep_previous(out: Path) -> None:
+    """Move an earlier gradebook in ``out`` (perhaps edited by hand) into ``out/previous-YYYYmmdd-HHMMSS/``: a new
+    grading never deletes one."""
+    import time
+
+    old = [out / name for name in GRADEBOOK_FILES if (out / name).exists()]
+    if not old:
+        return
+    keep = out / f"previous-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while keep.exists():
+        n += 1
+        keep = out / f"previous-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    keep.mkdir()
+    for path in old:
+        os.replace(path, keep / path.name)
 
 
 def summary_table(book: dict[str, Any]) -> str:
