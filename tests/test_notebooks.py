@@ -736,3 +736,10 @@ def test_a_cell_that_calls_sys_exit_0_ends_the_notebook_as_failed_not_ok(tmp_pat
     ok = runner.run_notebook(_write_notebook(tmp_path / "02_fine.ipynb", "x = 1"), tmp_path / "out2",
                              html_report=False, quiet=True)
     assert ok["status"] == "ok", ok
+
+
+def test_a_notebook_folder_that_does_not_exist_is_named_as_such(tmp_path):
+    with pytest.raises(NotebookParameterError, match="does not exist"):
+        list_notebooks(tmp_path / "nope")
+    with pytest.raises(NotebookParameterError, match="no notebooks named"):
+        list_notebooks(tmp_path)

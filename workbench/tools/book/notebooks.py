@@ -91,6 +91,10 @@ def list_notebooks(directory: str | Path | None = None) -> list[Path]:
         NotebookParameterError: the folder holds no numbered notebook.
     """
     folder = notebooks_dir(directory)
+    if not folder.is_dir():
+        given = " (from $" + ENV_VAR + ")" if directory is None and os.environ.get(ENV_VAR) else ""
+        raise NotebookParameterError(f"the notebook folder {folder}{given} does not exist or is not a folder: check "
+                                     "the path (`workbench notebooks copy DIR` makes a copy of the series to edit)")
     found = sorted(folder.glob(NOTEBOOK_GLOB))
     if not found:
         raise NotebookParameterError(
