@@ -79,6 +79,11 @@ def _c5(tmp_path, mp):
     wb.TrainConfig(label_smoothing=1.5)
 
 
+@case("BLEU on no validation sentences", wb.ConfigError, "bleu_max_sentences=0")
+def _c5e(tmp_path, mp):
+    wb.TrainConfig(bleu_max_sentences=0)
+
+
 @case("a run with no budget at all", wb.ConfigError, "needs a budget.*--epochs N.*--max-steps N.*--max-minutes M")
 def _c5b(tmp_path, mp):
     from workbench.translation.run import RunConfig
@@ -581,6 +586,37 @@ def _k30(tmp_path, mp, fr):
 def _k31(tmp_path, mp, fr):
     run, _ = _copy_run(fr, tmp_path)
     return ["translate", "--checkpoint", str(run), " ".join(["mann"] * 200)]
+
+
+@cli_case("average --out onto a file of the user's", r"--out .*train.de already exists: .*--force")
+def _k32(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    (tmp_path / "train.de").write_text("meine Daten\n")
+    return ["average", str(run), "--last", "1", "--out", str(tmp_path / "train.de")]
+
+
+@cli_case("resume a run whose last.pt is gone", r"--resume: .* no last.pt to continue from.*best.pt.*--overwrite")
+def _k33(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+    (run / "last.pt").unlink()
+    return ["train", "--preset", "tiny", "--out", str(run), "--resume", "--max-steps", "1", "--data-dir", str(data)]
+
+
+@cli_case("train into an empty --out", r"--out is empty")
+def _k34(tmp_path, mp, fr):
+    return ["train", "--preset", "tiny", "--out", "", "--max-steps", "1"]
+
+
+@cli_case("grade with no memory allowed", r"--memory-gb 0.0: give a positive number")
+def _k35(tmp_path, mp, fr):
+    (tmp_path / "class" / "alice").mkdir(parents=True)
+    return ["notebooks", "grade", str(tmp_path / "class"), "--checks-only", "--memory-gb", "0", "--out",
+            str(tmp_path / "gradebook")]
+
+
+@cli_case("run the notebooks of a folder that is not there", r"notebook folder .*nope does not exist")
+def _k36(tmp_path, mp, fr):
+    return ["notebooks", "run", "--dir", str(tmp_path / "nope"), "--only", "02"]
 
 
 def _files(root: Path) -> dict[str, str]:

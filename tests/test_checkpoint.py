@@ -206,3 +206,22 @@ def test_checkpoints_and_pipeline_choose_the_architecture_through_the_registry(t
     again, _, _ = load_model(path)
     assert type(again) is Wide
     assert RunConfig.from_flat(arch="wide", epochs=1).arch == "wide"
+
+
+def test_a_checkpoint_with_non_finite_weights_loads_with_a_warning(saved, tmp_path, caplog):
+    """The probe's finding: a diverged checkpoint translated to empty lines, exit 0, without a word."""
+    import logging
+
+    _, _, path = saved
+    state = torch.load(path, weights_only=False)
+    name = next(k for k, v in state["model"].items() if torch.is_floating_point(v))
+    state["model"][name] = torch.full_like(state["model"][name], float("nan"))
+    bad = tmp_path / "nan.pt"
+    torch.save(state, bad)
+    with caplog.at_level(logging.WARNING, logger="workbench.translation.checkpoint"):
+        load_model(bad)
+    assert any("non-finite weights" in r.getMessage() and name in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="workbench.translation.checkpoint"):
+        load_model(path)
+    assert not caplog.records

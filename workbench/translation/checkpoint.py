@@ -164,6 +164,10 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn
     state = load_checkpoint(path)
     model = build_from_checkpoint(state)
     load_state(model, state["model"], source=str(path))
+    bad = [k for k, v in state["model"].items() if torch.is_floating_point(v) and not bool(torch.isfinite(v).all())]
+    if bad:  # it loads (to be inspected), but what it translates means nothing: say so once
+        log.warning("%s holds non-finite weights (NaN or inf) in %d tensor(s), %s first: its outputs mean nothing; "
+                    "was the training diverging? Use an earlier checkpoint", path, len(bad), bad[0])
     tokenizer = tokenizer_from_json(state["tokenizer"]) if state.get("tokenizer") else None
     return model.to(device).eval(), tokenizer, state
 

@@ -55,6 +55,8 @@ class TrainConfig:
         validate(self.patience is None or self.patience >= 1, "patience", self.patience, "use 1 or more, or None")
         validate(self.log_every >= 1, "log_every", self.log_every, "use 1 or more")
         validate(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "use 1 or more, or None")
+        validate(self.bleu_max_sentences is None or self.bleu_max_sentences >= 1, "bleu_max_sentences",
+                 self.bleu_max_sentences, "decode 1 or more val sentences for BLEU, or None for all")
         validate(self.precision in PRECISIONS, "precision", self.precision, f"choose one of {PRECISIONS}")
         validate(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints,
                "keep 1 or more numbered checkpoints (5 for the paper's averaging)")

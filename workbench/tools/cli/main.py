@@ -69,6 +69,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from workbench.translation.run_folder import plan
 
     run = run_config_from_args(args)  # validated before any process group is joined
+    if not str(args.out).strip():
+        raise WorkbenchError("--out is empty: name the run's folder, e.g. --out runs/small")
     _check_data_dir(run.data_dir)
     plan(Path(args.out), resume=args.resume, overwrite=args.overwrite)  # refused here, before any rank starts
     from workbench.runtime import init_distributed
