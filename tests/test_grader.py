@@ -130,6 +130,21 @@ def test_read_submission_picks_the_newer_twin_and_survives_a_broken_file(tmp_pat
     assert not sub.readable and "not JSON" in sub.note and "\n" not in sub.note
 
 
+def test_a_submission_that_is_a_symbolic_link_is_not_graded(tmp_path):
+    """The probe's finding: a student's notebook linked to the master (or to a file only the instructor can read)
+    was read, as the instructor, and graded 2/2."""
+    master = tmp_path / "master"
+    copy_student(master, only=["05"])
+    alice = tmp_path / "class" / "alice"
+    alice.mkdir(parents=True)
+    (alice / f"{NAME}.ipynb").symlink_to(master / f"{NAME}.ipynb")
+    (alice / f"{NAME}.py").symlink_to(master / f"{NAME}.py")
+    sub = read_submission("alice", alice, NAME)
+    assert not sub.readable and "symbolic link" in sub.note
+    (tmp_path / "class" / "bob").symlink_to(master, target_is_directory=True)  # a whole folder linked in
+    assert "symbolic link" in read_submission("bob", tmp_path / "class" / "bob", NAME).note
+
+
 def test_student_seed_is_stable_and_differs_between_students():
     assert grader.student_seed("alice") == grader.student_seed("alice")
     assert len({grader.student_seed(f"s{i}") for i in range(50)}) == 50

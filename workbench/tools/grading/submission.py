@@ -89,6 +89,9 @@ def read_submission(student: str, folder: Path, name: str) -> Submission:
         order.reverse()
     problems = []
     for path in order:
+        if path.is_symlink() or folder.is_symlink():  # a link could hand in another's file, or one only the grader reads
+            problems.append(f"{path.name} is a symbolic link, not graded: hand in the file itself")
+            continue
         try:
             cells = _read_ipynb(path) if path.suffix == ".ipynb" else _read_py(path)
         except (OSError, ValueError) as exc:
