@@ -595,7 +595,7 @@ def _k32(tmp_path, mp, fr):
     return ["average", str(run), "--last", "1", "--out", str(tmp_path / "train.de")]
 
 
-@cli_case("resume a run whose last.pt is gone", r"--resume: .* no last.pt to continue from.*best.pt.*--overwrite")
+@cli_case("resume a run whose last.pt is gone", r"--resume: .* no last.pt to continue from.*summary.json.*--overwrite")
 def _k33(tmp_path, mp, fr):
     run, data = _copy_run(fr, tmp_path)
     (run / "last.pt").unlink()

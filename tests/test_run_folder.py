@@ -78,10 +78,10 @@ def test_resume_continues_and_a_killed_write_leaves_only_a_temporary_file_that_i
     assert complete["step"] == state["step"] and complete["settings"]["epochs"] == 2
 
 
-@pytest.mark.parametrize("left", [("best.pt", "summary.json"), ("ckpt_step0000002.pt",)])
+@pytest.mark.parametrize("left", [("best.pt", "summary.json"), ("complete.json", "ckpt_step0000002.pt")])
 def test_resume_without_last_pt_refuses_to_start_again_over_the_runs_files(tmp_path, capsys, left):
-    """The finding: a run stopped before an epoch ended (or whose last.pt was removed) was 'resumed' from step 0,
-    writing over its best.pt and numbered checkpoints, with a log line saying no epoch had finished."""
+    """The finding: a run whose last.pt was removed was 'resumed' from step 0, writing over its best.pt and records
+    (files of finished epochs that a restart cannot write again), with a log line saying no epoch had finished."""
     data = _corpus(tmp_path / "data")
     run = tmp_path / "run"
     assert main(_argv(run, data)) == 0
@@ -93,7 +93,7 @@ def test_resume_without_last_pt_refuses_to_start_again_over_the_runs_files(tmp_p
     before = _bytes(run)
     assert main(_argv(run, data, "--resume")) != 0
     err = capsys.readouterr().err
-    assert "no last.pt to continue from" in err and "--overwrite" in err and left[0] in err
+    assert "no last.pt to continue from" in err and "--overwrite" in err and ("summary.json" in err or "complete.json" in err)
     assert _bytes(run) == before
     assert main(_argv(run, data)) != 0 and "--resume" not in capsys.readouterr().err.split("already holds a run:")[1]
     assert main(_argv(run, data, "--overwrite")) == 0  # the way out it names: the old run is moved aside, whole
@@ -106,7 +106,10 @@ def test_a_run_with_nothing_but_its_record_starts_again_on_resume(tmp_path):
     with run_folder.open_run(out, "new", {"x": 1}):
         pass
     assert run_folder.plan(out, resume=True) == "resume"  # stopped before anything was written: nothing to lose
-    (out / "best.pt").write_bytes(b"x")
+    (out / "ckpt_step0000003.pt").write_bytes(b"x")  # killed in its first epoch: the restart writes it again
+    (out / "best.pt").write_bytes(b"x")  # killed between best.pt and last.pt at its first epoch's end: the same
+    assert run_folder.plan(out, resume=True) == "resume"
+    (out / "summary.json").write_text("{}")  # a run that had finished
     with pytest.raises(RunFolderError, match="no last.pt"):
         run_folder.plan(out, resume=True)
     assert run_folder.plan(out, resume=True, restart=True) == "resume"  # a cache entry's own partial files

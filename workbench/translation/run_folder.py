@@ -78,18 +78,23 @@ def aside_name(out: Path) -> Path:
 
 
 def _would_be_lost(out: Path) -> list[str]:
-    """The files of a run that starting it again from step 0 in ``out`` would overwrite (all but its records)."""
-    names = [n for n in RUN_FILES if n not in (RUN_RECORD, "last.pt") and (out / n).exists()]
-    return names + sorted(p.name for p in out.glob("ckpt_step*.pt"))
+    """The files that starting the run in ``out`` again from step 0 would overwrite and that a restart does not write
+    again as they were: those of a run that had finished (``summary.json``, ``complete.json``, an ``averaged.pt``),
+    or any run file of a folder that no training started (no ``run.json``: the files are someone's own). A run killed
+    before its first epoch ended has neither; its restart, on the same batches from the same seed, writes again what
+    it had written."""
+    if not (out / RUN_RECORD).exists():
+        return [n for n in RUN_FILES if (out / n).exists()] + sorted(p.name for p in out.glob("ckpt_step*.pt"))
+    return [n for n in ("summary.json", COMPLETE_RECORD, "averaged.pt") if (out / n).exists()]
 
 
 def plan(out: str | Path, resume: bool = False, overwrite: bool = False, restart: bool = False) -> str:
     """What a training may do with the folder ``out``, changing nothing: ``"new"`` (start a run),
     ``"resume"`` (continue the run there) or ``"overwrite"`` (move the run there aside, start a new one).
 
-    A run without ``last.pt`` (stopped before an epoch ended, or the file removed) cannot be continued: ``--resume``
-    would start it again from step 0, which is refused where that overwrites checkpoints or records, unless
-    ``restart`` (a cache entry of the package's own, whose partial files are worth nothing).
+    A run without ``last.pt`` (stopped before its first epoch ended, or the file removed) cannot be continued:
+    ``--resume`` starts it again from step 0, which is refused where that would overwrite a finished run's files or
+    files no training wrote (:func:`_would_be_lost`), unless ``restart`` (a cache entry of the package's own).
 
     Raises:
         RunFolderError: ``out`` cannot be written; ``--resume`` with ``--overwrite``; ``--resume`` where no run
