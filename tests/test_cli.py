@@ -306,3 +306,28 @@ def test_pretrained_build_refuses_a_folder_that_holds_files(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err and (out / "card.json").read_text() == "{}"
     assert main([*argv, "--force"]) != 0  # past the folder check: the run folder is missing
     assert "not empty" not in capsys.readouterr().err
+
+
+def test_evaluate_in_a_folder_it_cannot_write_still_scores(tmp_path, capsys, monkeypatch, multi30k_dir):
+    """The probe's finding: evaluating a checkpoint in a read-only folder failed after decoding, with no BLEU."""
+    import workbench.translation.files as files
+    from workbench.translation.checkpoint import save_checkpoint
+
+    import workbench as wb
+
+    model, tok = wb.pretrained("small-de-en")[:2]
+    save_checkpoint(tmp_path / "model.pt", model, tok)
+
+    def read_only(path, *_a, **_k):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(files, "atomic_write_text", read_only)
+    args = ["evaluate", "--checkpoint", str(tmp_path / "model.pt"), "--split", "val", "--limit", "4", "--beam", "1",
+            "--data-dir", str(multi30k_dir), "--device", "cpu"]
+    assert main([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n_sentences"] == 4 and result["bleu"] >= 0 and "hypotheses" not in result
+    assert "not written" in result["hypotheses_error"] and "Permission denied" in result["hypotheses_error"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "sacreBLEU" in out and "were not written" in out

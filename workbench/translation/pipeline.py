@@ -209,8 +209,12 @@ def evaluate_checkpoint(
         path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}.beam{beam}.{tgt}.txt")
         from workbench.translation.files import atomic_write_text
 
-        atomic_write_text(path, "\n".join(hyps) + "\n")
-        result["hypotheses"] = str(path)
+        try:
+            atomic_write_text(path, "\n".join(hyps) + "\n")
+            result["hypotheses"] = str(path)
+        except OSError as exc:  # a read-only or full folder: the scores stand, the translations are not kept
+            result["hypotheses_error"] = f"the translations were not written to {path} ({exc.strerror or exc})"
+            log.warning("%s; the scores are unaffected", result["hypotheses_error"])
     return result
 
 

@@ -202,6 +202,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"  decoded in {result['precision']} ({result['precision_reason']}) in {result['decode_seconds']} s")
         if result.get("hypotheses"):
             print(f"  hypotheses written to {result['hypotheses']}")
+        elif result.get("hypotheses_error"):
+            print(f"  {result['hypotheses_error']}")
     return 0
 
 
