@@ -207,6 +207,13 @@ def _c17(tmp_path, mp):
     beam_search(_model(), torch.tensor([[4, 5, 3]]), beam=0)
 
 
+@case("a BPE vocabulary of 10^9 entries", wb.ConfigError, r"vocab_size=1000000000 is larger than any BPE vocabulary needs")
+def _c_vocab(tmp_path, mp):
+    from workbench.translation.tokenizer import SubwordTokenizer
+
+    SubwordTokenizer.train([("ein Mann", "a man")] * 20, vocab_size=10**9)
+
+
 @case("beam larger than the vocabulary", wb.DecodingError, "larger than the target vocabulary")
 def _c18(tmp_path, mp):
     beam_search(_model(), torch.tensor([[4, 5, 3]]), beam=1000)
@@ -416,6 +423,11 @@ def _k09(tmp_path, mp, fr):
 def _k10(tmp_path, mp, fr):
     return ["train", "--out", str(tmp_path / "run"), "--preset", "tiny", "--epochs", "1", "--data-dir",
             str(tmp_path / "multi3ok")]
+
+
+@cli_case("train --vocab-size 10^9 (the tokenizer library aborted the process)", r"invalid vocab_size=1000000000: use a vocabulary size from 1 to 1,000,000")
+def _k10b(tmp_path, mp, fr):
+    return ["train", "--out", str(tmp_path / "run"), "--preset", "tiny", "--epochs", "1", "--vocab-size", "1000000000"]
 
 
 @cli_case("evaluate --data-dir that does not exist", r"--data-dir .*/nope does not exist")

@@ -263,13 +263,27 @@ def test_evaluate_a_shipped_model_decodes_with_its_cards_length_penalty(capsys, 
     assert json.loads(capsys.readouterr().out)["alpha"] == 0.6
 
 
-def test_an_unforeseen_error_is_one_line_and_the_traceback_is_one_flag_away(capsys):
-    """The probe's finding: a library's own error (here torch's, for a vocabulary of 0) printed a raw traceback."""
-    assert main(["info", "--preset", "tiny", "--vocab-size", "0"]) == 1
+def test_an_unforeseen_error_is_one_line_and_the_traceback_is_one_flag_away(capsys, monkeypatch):
+    """The probe's finding: a library's own error (torch's, for a vocabulary of 0) printed a raw traceback."""
+    import workbench.model.transformer as transformer
+
+    def library_error(*_a, **_k):
+        raise ValueError("a library's own complaint about vocab_size=7")
+
+    monkeypatch.setattr(transformer, "build_model", library_error)
+    assert main(["info", "--preset", "tiny", "--vocab-size", "7"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err and "--debug" in err and "vocab_size=0" in err
+    assert err.count("\n") == 1 and "Traceback" not in err and "--debug" in err and "vocab_size=7" in err
     with pytest.raises(ValueError):
-        main(["--debug", "info", "--preset", "tiny", "--vocab-size", "0"])
+        main(["--debug", "info", "--preset", "tiny", "--vocab-size", "7"])
+
+
+@pytest.mark.parametrize("size", ["0", "4", "50000000"])
+def test_info_refuses_a_vocabulary_size_no_model_can_have(capsys, size):
+    """A size of 0 reached torch's own error; 5*10^7 would ask for gigabytes of embeddings before any word."""
+    assert main(["info", "--preset", "tiny", "--vocab-size", size]) == 2
+    err = capsys.readouterr().err
+    assert f"--vocab-size {size} is out of range" in err and "8000" in err
 
 
 def test_average_never_replaces_a_file_it_was_not_asked_to(tmp_path, capsys):

@@ -47,6 +47,8 @@ class RunConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)  # the training recipe and its budget
 
     def __post_init__(self) -> None:
+        from workbench.translation.tokenizer import MAX_VOCAB_SIZE
+
         for name in ("src", "tgt"):
             value = getattr(self, name)
             validate(isinstance(value, str) and value != "", name, value, "name a language, such as 'de' or 'en'")
@@ -56,8 +58,8 @@ class RunConfig:
             src_file, tgt_file = getattr(self, f"{side}_src"), getattr(self, f"{side}_tgt")
             validate((src_file is None) == (tgt_file is None), f"{side}_src/{side}_tgt", (src_file, tgt_file),
                    "give both the source and the target file of your own parallel data, or neither")
-        validate(isinstance(self.vocab_size, int) and self.vocab_size > 0, "vocab_size", self.vocab_size,
-               "use a positive vocabulary size such as 8000")
+        validate(isinstance(self.vocab_size, int) and 0 < self.vocab_size <= MAX_VOCAB_SIZE, "vocab_size", self.vocab_size,
+               f"use a vocabulary size from 1 to {MAX_VOCAB_SIZE:,}, such as 8000")
         validate(self.dropout is None or is_probability(self.dropout), "dropout", self.dropout,
                "use a probability in [0, 1), such as 0.1 or 0.3, or None for the preset's")
         own = {f.name for f in dataclasses.fields(self)}

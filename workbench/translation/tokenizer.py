@@ -36,6 +36,9 @@ SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 FORMAT = "attention-workbench-tokenizer"  # tag inside the JSON, to recognise our own files
 VERSION = 1
+# the largest BPE vocabulary trained: the tokenizers library reserves memory for every entry asked for, and at about
+# 10^9 it aborts the whole process (no Python exception); real vocabularies stay far below (the paper's: 37,000)
+MAX_VOCAB_SIZE = 1_000_000
 
 
 def check_texts(texts: Sequence[str]) -> list[str]:
@@ -190,6 +193,9 @@ class SubwordTokenizer(_Vocab):
                 raise InputTextError(f"pair {i} is {p!r:.60}: pass (source, target) tuples of strings")
         if vocab_size <= len(SPECIALS):
             raise ConfigError(f"vocab_size={vocab_size} is too small: use at least a few hundred (8000 in the paper's setting)")
+        if vocab_size > MAX_VOCAB_SIZE:
+            raise ConfigError(f"vocab_size={vocab_size} is larger than any BPE vocabulary needs (at most {MAX_VOCAB_SIZE:,}; "
+                              "the paper's is 37,000): use a size such as 8000")
         if min_frequency < 1:
             raise ConfigError(f"min_frequency={min_frequency} must be at least 1")
         if joint:

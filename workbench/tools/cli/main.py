@@ -41,6 +41,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     from workbench.model.transformer import build_model
     from workbench.runtime import count_parameters, resolve_device
 
+    from workbench.errors import ConfigError
+    from workbench.translation.tokenizer import MAX_VOCAB_SIZE
+
+    if not 4 < args.vocab_size <= MAX_VOCAB_SIZE:
+        raise ConfigError(f"--vocab-size {args.vocab_size} is out of range: use 5 to {MAX_VOCAB_SIZE:,}, such as 8000")
     cfg = preset(args.preset)
     model = build_model(cfg, args.vocab_size, args.vocab_size)
     device = resolve_device(args.device)
