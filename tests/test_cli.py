@@ -324,10 +324,9 @@ def test_pretrained_build_refuses_a_folder_that_holds_files(tmp_path, capsys):
 
 def test_evaluate_in_a_folder_it_cannot_write_still_scores(tmp_path, capsys, monkeypatch, multi30k_dir):
     """The probe's finding: evaluating a checkpoint in a read-only folder failed after decoding, with no BLEU."""
+    import workbench as wb
     import workbench.translation.files as files
     from workbench.translation.checkpoint import save_checkpoint
-
-    import workbench as wb
 
     model, tok = wb.pretrained("small-de-en")[:2]
     save_checkpoint(tmp_path / "model.pt", model, tok)

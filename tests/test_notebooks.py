@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -495,6 +496,30 @@ def test_copy_notebooks_writes_pairs_and_refuses_to_overwrite(tmp_path):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(NotebookCopyError, match="is a file"):
         copy_notebooks(tmp_path / "a_file", only="02", directory=REPO / "notebooks")
+
+
+def test_copy_notebooks_on_a_full_disk_leaves_no_truncated_file(tmp_path):
+    """The probe's finding: a full disk left a half-written notebook, which the next copy refused to overwrite."""
+    import errno
+
+    from workbench.errors import NotebookCopyError
+    from workbench.tools.book.notebooks import copy_notebooks
+
+    calls = []
+
+    def fills_the_disk(source, dest):
+        calls.append(dest)
+        if len(calls) == 3:  # the third file: half of it lands, then the disk is full
+            Path(dest).write_bytes(Path(source).read_bytes()[:100])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        shutil.copyfile(source, dest)
+
+    target = tmp_path / "lessons"
+    with pytest.raises(NotebookCopyError, match=r"No space left on device.*added were removed.*copy again"):
+        copy_notebooks(target, only=["02", "03"], directory=REPO / "notebooks", write=fills_the_disk)
+    assert sorted(p.name for p in target.iterdir()) == []  # neither the whole files nor the part
+    written = copy_notebooks(target, only=["02", "03"], directory=REPO / "notebooks")  # no --force needed
+    assert len(written) == 4 and all(p.read_bytes() == (REPO / "notebooks" / p.name).read_bytes() for p in written)
 
 
 def test_copy_notebooks_copies_every_pair_of_the_series(tmp_path):

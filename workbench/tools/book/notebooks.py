@@ -165,11 +165,26 @@ def copy_notebooks(
             "or copy into another folder"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
+    written: list[Path] = []
     for f in sources:
-        # contents only: an installed package's files may be read-only, the user's copies must not be
-        (write or shutil.copyfile)(f, folder / f.name)
-        written.append(folder / f.name)
+        dest = folder / f.name
+        part = folder / f".{f.name}.{os.getpid()}.part"
+        try:
+            # contents only: an installed package's files may be read-only, the user's copies must not be
+            (write or shutil.copyfile)(f, part)
+            os.replace(part, dest)  # a file appears whole or not at all (a full disk left a truncated notebook)
+        except OSError as exc:
+            part.unlink(missing_ok=True)
+            created = [p for p in written if p not in clashes]
+            for p in created:  # undo this call's new files, so that copying again needs no --force
+                p.unlink(missing_ok=True)
+            kept = [p.name for p in written if p in clashes]
+            raise NotebookCopyError(
+                f"could not write {dest} ({exc.strerror or exc}): the copy stopped there and the files it had added "
+                "were removed" + (f" (already replaced: {', '.join(kept)})" if kept else "")
+                + ". Free some space or choose a folder you can write to, then copy again"
+            ) from exc
+        written.append(dest)
     return written
 
 
