@@ -37,11 +37,10 @@ def _resolve_checkpoint(path: str) -> Path | str:
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
+    from workbench.errors import ConfigError
     from workbench.model.config import preset
     from workbench.model.transformer import build_model
     from workbench.runtime import count_parameters, resolve_device
-
-    from workbench.errors import ConfigError
     from workbench.translation.tokenizer import MAX_VOCAB_SIZE
 
     if not 4 < args.vocab_size <= MAX_VOCAB_SIZE:
