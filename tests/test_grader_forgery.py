@@ -4,6 +4,7 @@ the package's answer to that exercise is unavailable from before the student's c
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import textwrap
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from workbench.lessons import exercises as ex
-from workbench.tools.grading.worker import run_checks
+from workbench.tools.grading.worker import read_frames, run_checks
 
 HONEST_TO_HEADS = """
 def to_heads(x, n_heads):
@@ -97,6 +98,8 @@ class _Leave:
 def _grade(tmp_path, *cells: str) -> dict[str, str]:
     job = {"mode": "checks", "seed": 0, "time_limit": 10.0, "exercises": ["03.split_heads", "03.merge_heads"],
            "statements": [{"where": f"cell {i}", "code": textwrap.dedent(c)} for i, c in enumerate(cells)]}
+    channel = tmp_path.parent / f"{tmp_path.name}.channel"  # outside the job's folder, as the grader's pipe is
+    job["channel_fd"] = os.open(channel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     (tmp_path / "job.json").write_text(json.dumps(job))
     cwd = os.getcwd()
     os.chdir(tmp_path)  # the sandbox runs the worker in the job's folder
@@ -104,14 +107,16 @@ def _grade(tmp_path, *cells: str) -> dict[str, str]:
         run_checks(job, tmp_path)
     finally:
         os.chdir(cwd)
+        os.close(job["channel_fd"])
+    frames, problem = read_frames(channel.read_bytes(), 64 * 2**20)
+    assert problem is None
     out = {}
     for k, exercise_id in enumerate(job["exercises"]):
-        path = tmp_path / f"obs-{k}.pt"
-        if not path.exists():
+        if k not in frames:
             out[exercise_id] = "missing"
             continue
-        observation = torch.load(path, weights_only=True)
-        out[exercise_id] = ex.judge(exercise_id, observation).status  # the grader's own judgement
+        observation = torch.load(io.BytesIO(frames[k]), weights_only=True)
+        out[exercise_id] = ex.judge(exercise_id, observation, seed=0, n_draws=ex.N_DRAWS).status  # as the grader does
     return out
 
 

@@ -329,26 +329,29 @@ def _split(ex: Exercise, out: Any) -> tuple[Any, Any]:
     return out, None
 
 
-def judge(exercise_id: str, observation: dict[str, Any], seed: int | None = None) -> CheckResult:
+def judge(exercise_id: str, observation: dict[str, Any], seed: int | None = None,
+          n_draws: int | None = None) -> CheckResult:
     """Decide the check from an :func:`observation <observe>`: recompute the package's answers on the same inputs
     here and test every property. Run it in a process the student's code never ran in to trust the result.
 
-    ``seed`` must be the seed the observation was made with (None: the observation's own). Never raises.
+    ``seed`` and ``n_draws`` must be those the observation was made with (None: the observation's own). A grader
+    passes both itself: an observation written by a student's process could claim no drawn inputs at all, and then
+    only the published fixed inputs would be judged. Never raises.
     """
     ex = get(exercise_id)
     try:
         with _rng_kept():
-            return _judge(ex, observation, seed)
+            return _judge(ex, observation, seed, n_draws)
     except Exception as exc:  # a malformed observation (e.g. from a grader's worker): one line, never a traceback
         return CheckResult(ex.id, FAILED, f"could not be judged: {type(exc).__name__}: {str(exc)[:160]}",
                            ex.reference)
 
 
-def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None) -> CheckResult:
+def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws: int | None) -> CheckResult:
     if not isinstance(observation, dict) or observation.get("exercise") != ex.id:
         raise ValueError(f"the observation is not one of exercise {ex.id}")
     seed = int(observation.get("seed", 0)) if seed is None else int(seed)
-    n_draws = int(observation.get("n_draws", N_DRAWS))
+    n_draws = int(observation.get("n_draws", N_DRAWS)) if n_draws is None else int(n_draws)
     cases = ex.all_cases(seed, n_draws)
     n_fixed = len(ex.cases())
     values_name = (f"values on {len(cases)} inputs ({n_fixed} fixed, {len(cases) - n_fixed} drawn with seed {seed})"

@@ -148,7 +148,17 @@ def grade_prediction(prompt_id: str, answer: Any, parameters: dict[str, Any] | N
     except Exception as exc:
         return PredictionResult(prompt_id, "not graded", f"the expected value could not be computed: "
                                 f"{type(exc).__name__}: {str(exc)[:120]}", answer)
-    return _compare(rule, prompt_id, answer, measured, rule.question)
+    try:
+        return _compare(rule, prompt_id, answer, measured, rule.question)
+    except Exception as exc:  # an answer no comparison can take (an integer of 400 digits): it is off, not a crash
+        return PredictionResult(prompt_id, "off", f"{_show_answer(answer)} cannot be compared with the measured value "
+                                f"({type(exc).__name__}): answer with a number of the size asked", answer)
+
+
+def _show_answer(answer: Any) -> str:
+    if isinstance(answer, int) and abs(answer) >= 10**30:  # str() of a huge int may itself refuse (4300 digits)
+        return f"an integer of about {int(answer.bit_length() * 0.30103) + 1} digits"
+    return repr(answer)[:60]
 
 
 def _show(x: Any) -> str:

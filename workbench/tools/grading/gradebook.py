@@ -60,29 +60,41 @@ def _csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return out.getvalue()
 
 
-def _atomic(path: Path, text: str) -> None:
+def _write_tmp(path: Path, text: str) -> Path:
+    """``text`` into a hidden temporary file beside ``path``, synced; a student's text that is not valid UTF-8 (a lone
+    surrogate in an error message, a file name in another encoding) is written escaped, never refused."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    return tmp
 
 
 def write_gradebook(book: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
     """Write ``gradebook.csv`` (:func:`item_rows`), ``totals.csv`` (:func:`totals`) and ``gradebook.json`` (the whole
-    record with its isolation and provenance) into ``out_dir``; returns their paths by kind."""
+    record with its isolation and provenance) into ``out_dir``; returns their paths by kind. An earlier gradebook
+    there is moved into ``previous-<time>/`` only once the new files are written in full."""
     out = Path(out_dir).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
-    _keep_previous(out)
     rows = totals(book)
     items = [k for row in rows for k in row if k not in ("student", "passed", "exercises", "predictions_right",
                                                           "predictions", "notes")]
     columns = ["student", "passed", "exercises", "predictions_right", "predictions", *dict.fromkeys(items), "notes"]
     paths = {"items": out / "gradebook.csv", "totals": out / "totals.csv", "json": out / "gradebook.json"}
-    _atomic(paths["items"], _csv(item_rows(book), ITEM_COLUMNS))
-    _atomic(paths["totals"], _csv(rows, columns))
-    _atomic(paths["json"], json.dumps(book, indent=1, default=str))
+    texts = {"items": _csv(item_rows(book), ITEM_COLUMNS), "totals": _csv(rows, columns),
+             "json": json.dumps(book, indent=1, default=str)}
+    tmps: list[Path] = []
+    try:
+        for kind, text in texts.items():
+            tmps.append(_write_tmp(paths[kind], text))
+    except BaseException:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+    _keep_previous(out)
+    for kind, tmp in zip(texts, tmps, strict=True):
+        os.replace(tmp, paths[kind])
     return paths
 
 
@@ -107,10 +119,16 @@ def _keep_previous(out: Path) -> None:
         os.replace(path, keep / path.name)
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters (a terminal's escape sequences, carriage returns) and lone surrogates
+    shown escaped: a student's error message or file name cannot rewrite or hide the instructor's summary."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in str(text))
+
+
 def summary_table(book: dict[str, Any]) -> str:
     """Plain text for the terminal: one line per student (passed of total, predictions right, notes), then the
-    exercises that did not pass with their hints."""
-    rows = totals(book)
+    exercises that did not pass with their hints (every student-made text escaped by :func:`printable`)."""
+    rows = [{k: printable(v) if isinstance(v, str) else v for k, v in r.items()} for r in totals(book)]
     width = max([len(r["student"]) for r in rows] + [7])
     lines = [f"{'student':{width}s}  exercises passed  predictions right  notes"]
     for r in rows:
@@ -119,6 +137,7 @@ def summary_table(book: dict[str, Any]) -> str:
     bad = [i for i in item_rows(book) if i["kind"] == "exercise" and i["status"] != "passed"]
     if bad:
         lines += ["", "not passed:"]
-        lines += [f"  {i['student']:{width}s}  {i['item']:28s} {i['status']:13s} {i['hint'][:160]}" for i in bad]
+        lines += [f"  {printable(i['student']):{width}s}  {i['item']:28s} {i['status']:13s} {printable(i['hint'][:160])}"
+                  for i in bad]
     lines += ["", f"isolation: {book['meta']['isolation_text']}"]
     return "\n".join(lines)

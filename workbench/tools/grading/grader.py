@@ -8,9 +8,11 @@
    environment, resource limits, time-out, and on Linux no network, own PID and mount namespaces and an
    unprivileged user id) which executes those definitions and records what each exercise's function returns on
    the check's inputs (:func:`workbench.lessons.exercises.observe`);
-3. loads the observations as plain data (``torch.load(weights_only=True)``) and judges them in its own process
-   against the package's reference (:func:`workbench.lessons.exercises.judge`): the grade never comes from a file
-   or object the student's code wrote (a forged ``metrics.json`` or a monkeypatched ``check`` changes nothing);
+3. receives the observations over a pipe only the worker holds (never from a file in the sandbox), loads them as
+   plain data (``torch.load(weights_only=True)``) and judges them in its own process against the package's
+   reference (:func:`workbench.lessons.exercises.judge`) on every fixed and drawn input, whatever the observation
+   claims: the grade never comes from a file or object the student's code wrote (a forged ``metrics.json`` or a
+   monkeypatched ``check`` or ``observe`` changes nothing);
 4. in the full mode, also runs the whole notebook in the sandbox to say whether it runs; the exercises of a
    notebook that stops are "not run", with the reason.
 
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -122,6 +126,35 @@ def _job_folder(tmp: Path, tag: str) -> Path:
     return folder
 
 
+class _Channel:
+    """The pipe on which the worker sends its results (:func:`workbench.tools.grading.worker.send`): the grader reads
+    it in a thread of its own; the worker's children close their end before any student code runs."""
+
+    def __init__(self, limit: int) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self.limit = limit
+        self.data = bytearray()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        with os.fdopen(self.read_fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                if len(self.data) < 4 * self.limit:  # past that, drained and dropped: the run is judged broken
+                    self.data += chunk
+
+    def frames(self) -> dict[int, bytes]:
+        """The complete messages received so far, by index."""
+        from workbench.tools.grading.worker import read_frames
+
+        return read_frames(bytes(self.data), self.limit)[0]
+
+    def close(self) -> dict[int, bytes]:
+        """All complete messages, once the run has ended (its processes gone, so the pipe's end comes)."""
+        self.thread.join(timeout=10)
+        return self.frames()
+
+
 def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], seed: int, opts: GradeOptions,
              tmp: Path, hide: Sequence[Path]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """Run the worker on ``ids`` until each has an observation or a reason: a worker that dies (memory, exit) or
@@ -144,7 +177,9 @@ def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], 
         folder = _job_folder(tmp, f"{sub.student}-{sub.number}")
         job = {"mode": "checks", "statements": statements, "exercises": todo, "seed": seed,
                "time_limit": opts.time_limit}
-        result, limits = _work(job, folder, opts, hide, left, _stall_watch(folder, opts))
+        channel = _Channel(OBSERVATION_BYTES)
+        result, limits = _work(job, folder, opts, hide, left, channel, _stall_watch(channel, opts))
+        frames = channel.close()
         if (folder / "exec.json").is_file() and (folder / "exec.json").stat().st_size < 2**20:
             try:
                 errors = [str(e)[:240] for e in json.loads((folder / "exec.json").read_text())][:20]
@@ -152,12 +187,11 @@ def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], 
                 pass
         done = 0
         for k, exercise_id in enumerate(todo):
-            path = folder / f"obs-{k}.pt"
-            if not (path.is_file() and path.stat().st_size <= OBSERVATION_BYTES):
+            if k not in frames:  # only what the worker sent counts: never a file in the run's folder
                 break
             try:
-                observed[exercise_id] = torch.load(path, weights_only=True)
-            except Exception as exc:  # the file is the student's process's: it may hold anything
+                observed[exercise_id] = torch.load(io.BytesIO(frames[k]), weights_only=True)
+            except Exception as exc:  # plain data from the worker; still, never trust a load to succeed
                 reasons[exercise_id] = f"its observations could not be read as plain data ({type(exc).__name__})"
             done = k + 1
         shutil.rmtree(folder, ignore_errors=True)
@@ -169,13 +203,13 @@ def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], 
     return observed, reasons, errors
 
 
-def _stall_watch(folder: Path, opts: GradeOptions) -> Callable[[], str | None]:
-    """A watch for :func:`sandbox.run`: a reason once no new observation has appeared for ``opts.stall_seconds``
+def _stall_watch(channel: _Channel, opts: GradeOptions) -> Callable[[], str | None]:
+    """A watch for :func:`sandbox.run`: a reason once no new observation has arrived for ``opts.stall_seconds``
     (the first one also gets :data:`STARTUP_SECONDS` to import torch)."""
     state = {"count": 0, "since": time.monotonic() + STARTUP_SECONDS}
 
     def watch() -> str | None:
-        count = len(list(folder.glob("obs-*.pt")))
+        count = len(channel.frames())
         if count != state["count"]:
             state.update(count=count, since=time.monotonic())
         elif time.monotonic() - state["since"] > opts.stall_seconds:
@@ -186,13 +220,15 @@ def _stall_watch(folder: Path, opts: GradeOptions) -> Callable[[], str | None]:
 
 
 def _work(job: dict[str, Any], folder: Path, opts: GradeOptions, hide: Sequence[Path], seconds: float,
-          watch: Callable[[], str | None] | None = None) -> tuple[sandbox.RunResult, sandbox.Limits]:
-    """Write ``job`` into ``folder`` and run the worker on it in the sandbox for at most ``seconds``."""
+          channel: _Channel, watch: Callable[[], str | None] | None = None) -> tuple[sandbox.RunResult, sandbox.Limits]:
+    """Write ``job`` into ``folder`` and run the worker on it in the sandbox for at most ``seconds``, handing it the
+    write end of ``channel``."""
     # in its own PID namespace the worker may end whatever a child left running (it reaches nothing outside)
-    (folder / "job.json").write_text(json.dumps({**job, "own_pid_namespace": sandbox.probe().namespaces}))
+    (folder / "job.json").write_text(json.dumps({**job, "own_pid_namespace": sandbox.probe().namespaces,
+                                                 "channel_fd": channel.write_fd}))
     limits = dataclasses.replace(opts.limits, wall_seconds=seconds, cpu_seconds=int(seconds) + 1)
     argv = [*WORKER, sandbox.inside(folder / "job.json", folder)]
-    return sandbox.run(argv, folder, limits, hide=hide, watch=watch), limits
+    return sandbox.run(argv, folder, limits, hide=hide, watch=watch, pass_fds=(channel.write_fd,)), limits
 
 
 def _run_notebook(sub: Submission, folder: Path, opts: GradeOptions, tmp: Path,
@@ -210,10 +246,13 @@ def _run_notebook(sub: Submission, folder: Path, opts: GradeOptions, tmp: Path,
         else:
             shutil.copy2(source, work / f"{sub.name}.ipynb")
         job = {"mode": "notebook", "notebook": f"{sub.name}.ipynb", "smoke": opts.smoke}
-        result, limits = _work(job, work, opts, hide, opts.timeout)
+        channel = _Channel(2**20)
+        result, limits = _work(job, work, opts, hide, opts.timeout, channel)
+        from workbench.tools.grading.worker import RUN_INDEX
+
         try:
-            ran = json.loads((work / "run.json").read_text()) if (work / "run.json").stat().st_size < 2**20 else {}
-        except (OSError, ValueError, UnicodeDecodeError):
+            ran = json.loads(channel.close().get(RUN_INDEX, b"{}").decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
             ran = {}
         if result.timed_out or result.returncode != 0 or not isinstance(ran, dict) or "status" not in ran:
             return f"the notebook {result.reason(limits)}"
@@ -241,8 +280,10 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
     if renamed:
         warnings.warn(renamed, FutureWarning, stacklevel=2)
     held = held_ids(name)  # an old copy holds only the exercises and prompts of its time
-    ids = [i for n in numbers for i in _exercises(n) if held is None or i in held]
-    predictions = {k: v for n in numbers for k, v in _predictions(n).items() if held is None or k in held}
+    all_ids = [i for n in numbers for i in _exercises(n)]
+    all_predictions = {k: v for n in numbers for k, v in _predictions(n).items()}
+    ids = [i for i in all_ids if held is None or i in held]
+    predictions = {k: v for k, v in all_predictions.items() if held is None or k in held}
     seed = student_seed(student) if opts.seed == "student" else int(opts.seed)
     note = "; ".join(x for x in (sub.note, renamed) if x)
     record: dict[str, Any] = {"student": student, "notebook": name, "file": sub.file, "note": note, "seed": seed,
@@ -252,7 +293,11 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
         record["predictions"] = [{"prediction": p, "status": NOT_RUN, "message": sub.note, "answer": None,
                                   "measured": None} for p in predictions]
         return record
-    got = extract(sub, [_function_name(i) for i in ids], list(predictions.values()))
+    got = extract(sub, [_function_name(i) for i in all_ids], list(all_predictions.values()))
+    if held is not None:  # what it holds decides, not its name: a current copy under an old name is graded in full
+        ids = [i for i in all_ids if i in held or _function_name(i) not in got.missing]
+        predictions = {k: v for k, v in all_predictions.items()
+                       if k in held or v in got.answers or v in got.unreadable_answers}
     for pid, variable in predictions.items():
         if variable in got.unreadable_answers:
             record["predictions"].append({"prediction": pid, "status": "unreadable",
@@ -279,7 +324,7 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
             record["exercises"].append(_row(exercise_id, NOT_RUN, stopped))
         elif exercise_id in observed:
             with JUDGE_LOCK:
-                row = ex.judge(exercise_id, observed[exercise_id], seed=seed).to_dict()
+                row = ex.judge(exercise_id, observed[exercise_id], seed=seed, n_draws=ex.N_DRAWS).to_dict()
             if row["status"] != "passed":
                 blamed = [e for e in errors if f"def {fn_name}" in e or fn_name in e]
                 if blamed:
@@ -292,6 +337,54 @@ def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tm
             else:
                 record["exercises"].append(_row(exercise_id, "failed", why))
     return record
+
+
+def _one_notebook_per_lesson(tasks: list[tuple[str, Path, str]]) -> tuple[list[tuple[str, Path, str]],
+                                                                           list[dict[str, Any]]]:
+    """Each student's notebooks to grade, one per lesson, and a record with no items for each other notebook of a
+    lesson already graded (extra copies would otherwise each count, the last one deciding the columns). The one
+    graded is the one with the lesson's own name, else the first by name."""
+    from workbench.lessons.exercises.renumbered import lessons_of
+    from workbench.tools.book.notebooks import list_notebooks
+
+    try:
+        own_names = {p.stem for p in list_notebooks()}
+    except Exception:  # noqa: BLE001 (no master notebooks installed: the first by name is graded)
+        own_names = set()
+    kept: list[tuple[str, Path, str]] = []
+    extra: list[dict[str, Any]] = []
+    by_student: dict[str, list[tuple[str, Path, str]]] = {}
+    for task in tasks:
+        by_student.setdefault(task[0], []).append(task)
+    for student, mine in by_student.items():
+        ranked = sorted(mine, key=lambda t: (t[2] not in own_names, t[2]))
+        taken: dict[str, str] = {}
+        for task in ranked:
+            numbers = lessons_of(task[2])[0]
+            clash = next((taken[n] for n in numbers if n in taken), None)
+            if clash is None:
+                kept.append(task)
+                taken.update(dict.fromkeys(numbers, task[2]))
+            else:
+                extra.append({"student": student, "notebook": task[2], "file": "", "seed": None, "ran": None,
+                              "note": f"{task[2]} not graded: {clash} is graded for the same lesson (hand in one "
+                                      "copy of each lesson)", "exercises": [], "predictions": []})
+    kept.sort(key=lambda t: tasks.index(t))
+    return kept, extra
+
+
+def _ungraded(student: str, _folder: Path, name: str, why: str) -> dict[str, Any]:
+    """The record of a notebook the grader failed on: its exercises and predictions "not run", with the reason."""
+    from workbench.lessons.exercises.renumbered import lessons_of
+
+    try:
+        numbers = lessons_of(name)[0]
+    except Exception:  # noqa: BLE001
+        numbers = [name[:2]]
+    return {"student": student, "notebook": name, "file": "", "note": why, "seed": None, "ran": None,
+            "exercises": [_row(i, NOT_RUN, why) for n in numbers for i in _exercises(n)],
+            "predictions": [{"prediction": p, "status": NOT_RUN, "message": why, "answer": None, "measured": None}
+                            for n in numbers for p in _predictions(n)]}
 
 
 def _function_name(exercise_id: str) -> str:
@@ -318,8 +411,8 @@ def grade_class(class_dir: str | Path, options: GradeOptions | None = None,
     opts = options or GradeOptions()
     students = class_folders(class_dir)
     graded = {e.split(".", 1)[0] for e in _all_exercises()} | {p.split(".", 1)[0] for p in _all_predictions()}
-    tasks = [(s, folder, n) for s, folder in students for n in notebook_names(folder)
-             if n[:2] in graded and (not opts.only or n[:2] in opts.only)]
+    tasks, extra = _one_notebook_per_lesson([(s, folder, n) for s, folder in students for n in notebook_names(folder)
+                                             if n[:2] in graded and (not opts.only or n[:2] in opts.only)])
     if not tasks:
         raise NotebookParameterError(f"no notebook with exercises in {class_dir}"
                                      + (f" among {list(opts.only)}" if opts.only else ""))
@@ -329,14 +422,18 @@ def grade_class(class_dir: str | Path, options: GradeOptions | None = None,
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="workbench-grade-") as tmp:
         def one(task: tuple[str, Path, str]) -> None:
-            record = grade_notebook(*task, opts, Path(tmp), hidden)
+            try:
+                record = grade_notebook(*task, opts, Path(tmp), hidden)
+            except Exception as exc:  # noqa: BLE001 (one notebook's trouble must not lose the class's grades)
+                record = _ungraded(*task, f"the grader could not grade it ({type(exc).__name__}: {str(exc)[:160]})")
             with lock:
                 records.append(record)
 
         with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
             list(pool.map(one, tasks))
-    order = {(s, n): i for i, (s, _, n) in enumerate(tasks)}
-    records.sort(key=lambda r: order[(r["student"], r["notebook"])])
+    records += extra
+    student_order = {s: i for i, (s, _) in enumerate(students)}
+    records.sort(key=lambda r: (student_order[r["student"]], r["notebook"]))
     meta = {"mode": opts.mode, "smoke": opts.smoke if opts.mode == "full" else None,
             "seed": "per student (sha256 of the id)" if opts.seed == "student" else opts.seed,
             "timeout_s": opts.timeout, "limits": dataclasses.asdict(opts.limits), "isolation": dataclasses.asdict(iso),

@@ -8,8 +8,8 @@ Every run gets:
 * resource limits set before the program starts (``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``,
   ``RLIMIT_NPROC``, no core files) and a wall-clock time-out that kills the whole process tree;
 * where the system allows it (:func:`probe`), Linux namespaces through util-linux ``unshare``: a network namespace
-  with only its own loopback (no route out), a PID namespace (every process it starts dies with it, none can
-  escape the time-out), a mount namespace in which the run's folder is ``/tmp``, ``/var/tmp`` and ``/dev/shm``
+  with only its own loopback (no route out), an IPC namespace (no System V shared memory outlives the run), a PID
+  namespace (every process it starts dies with it, none can escape the time-out), a mount namespace in which the run's folder is ``/tmp``, ``/var/tmp`` and ``/dev/shm``
   are its own, the folders it must not read (the class, the grader's output) are hidden under an empty tmpfs and
   the grader's home is replaced by an empty tmpfs (the Python installation under it bound back read-only); and,
   run as root, an unprivileged user id of its own (``setpriv``, no capabilities, no new privileges), so the
@@ -68,6 +68,7 @@ class Isolation:
         if self.namespaces:
             parts += ["no network (own network namespace, loopback only)",
                       "own PID namespace (all its processes die with it)",
+                      "own IPC namespace (no shared memory outlives it)",
                       "own mount namespace: /tmp, /var/tmp and /dev/shm are its folder, the class folder and "
                       "grader output hidden, the grader's home replaced by an empty tmpfs (Python bound back "
                       "read-only)"]
@@ -96,7 +97,7 @@ def probe() -> Isolation:
     if sys.platform != "linux" or shutil.which("unshare") is None:
         return Isolation(False, False, False)
     root = os.geteuid() == 0
-    full = root and _works(["unshare", "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
+    full = root and _works(["unshare", "--net", "--pid", "--mount", "--ipc", "--fork", "--kill-child", "--mount-proc",
                             "sh", "-c", "mount --make-rprivate / && ip link set lo up"])
     own_uid = full and shutil.which("setpriv") is not None and _works(
         ["setpriv", f"--reuid={UID_RANGE[0]}", f"--regid={UID_RANGE[0]}", "--clear-groups", "--no-new-privs",
@@ -158,6 +159,10 @@ def _mount_script(work: Path, hide: Sequence[Path], keep: Sequence[Path]) -> str
             lines += [f"mkdir -p {q(str(path))} && mount --bind {q(str(stage / str(i)))} {q(str(path))}",
                       f"mount -o remount,bind,ro {q(str(path))}", f"umount {q(str(stage / str(i)))}"]
         lines.append(f"rm -rf {q(str(stage))}")
+        # a folder bound back (non-recursively) lost the tmpfs hiding what lies inside it: hide those again
+        for folder in hide:
+            if folder.is_dir() and any(path in folder.parents for path in kept):
+                lines.append(f"mount -t tmpfs -o size=64k,mode=755,ro none {q(str(folder))}")
     lines += [f"mount --bind {q(str(work))} /var/tmp", f"mount --bind {q(str(work))} /dev/shm",
               f"mount --bind {q(str(work))} /tmp"]
     return "\n".join(lines)
@@ -181,6 +186,7 @@ def run(
     hide: Sequence[Path] = (),
     isolation: Isolation | None = None,
     watch: Callable[[], str | None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> RunResult:
     """Run ``argv`` sandboxed in the folder ``work`` (which the caller creates and fills; in the namespaces it is
     also ``/tmp``, so ``argv`` should name files in it as ``/tmp/...``: use :func:`inside`).
@@ -192,6 +198,9 @@ def run(
         hide: folders it must not read (the class folder, the grader's output).
         isolation: as found by :func:`probe` (default: probe now).
         watch: called twice a second while it runs; a reason (one line) stops it (e.g. no progress).
+        pass_fds: file descriptors the program inherits (as ``subprocess.Popen``'s), e.g. the write end of a pipe
+            the caller reads; they are closed here once it has started, so the caller sees the end of the pipe when
+            the run's processes are gone.
 
     Returns:
         How it ended; it never raises on the program's behaviour.
@@ -215,14 +224,19 @@ def run(
         keep = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent,
                 Path(__file__).resolve().parents[3]]
         script = _mount_script(work, [Path(h).resolve() for h in hide], keep) + "\ncd /tmp\nexec \"$@\""
-        command = ["unshare", "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
+        command = ["unshare", "--net", "--pid", "--mount", "--ipc", "--fork", "--kill-child", "--mount-proc",
                    "sh", "-c", script, "sandbox", *command]
     elif iso.user_namespace:
         command = ["unshare", "-rn", *command]
     start = time.perf_counter()
     with open(work / ".output", "wb") as out:
-        proc = subprocess.Popen(command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=functools.partial(_limit, limits))
+        try:
+            proc = subprocess.Popen(command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, preexec_fn=functools.partial(_limit, limits),
+                                    pass_fds=tuple(pass_fds))
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         timed_out, stopped_by = False, None
         deadline = start + limits.wall_seconds
         try:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+SUBMISSION_BYTES = 256 * 2**20  # a notebook file larger than this is not read (with outputs, a lesson is tens of MB)
 TWIN_SLACK = 1.0  # seconds: a .py twin saved within this of its .ipynb (jupytext writes both) is not "newer"
 
 
@@ -92,10 +93,20 @@ def read_submission(student: str, folder: Path, name: str) -> Submission:
         if path.is_symlink() or folder.is_symlink():  # a link could hand in another's file, or one only the grader reads
             problems.append(f"{path.name} is a symbolic link, not graded: hand in the file itself")
             continue
+        if not path.is_file():  # a folder, a named pipe (reading it would wait for ever), a device
+            problems.append(f"{path.name} is not a regular file, not graded: hand in the notebook file itself")
+            continue
+        if path.stat().st_size > SUBMISSION_BYTES:
+            problems.append(f"{path.name} is over {SUBMISSION_BYTES >> 20} MB, not graded: clear the outputs and "
+                            "hand it in again")
+            continue
         try:
             cells = _read_ipynb(path) if path.suffix == ".ipynb" else _read_py(path)
         except (OSError, ValueError) as exc:
             problems.append(f"{path.name} is {exc}" if isinstance(exc, ValueError) else f"{path.name}: {exc}")
+            continue
+        except (RecursionError, MemoryError) as exc:  # JSON nested thousands deep, say
+            problems.append(f"{path.name} could not be read ({type(exc).__name__}): hand in the notebook as saved")
             continue
         if problems:
             note = f"read {path.name} because {problems[0]}"

@@ -3,15 +3,19 @@
 ``python -m workbench.tools.grading.worker JOB.json`` reads its job (written by :mod:`workbench.tools.grading.grader`) and
 
 * ``"mode": "checks"``: for each exercise, a child process of its own (forked before any student code runs)
-  makes the package's answer to that exercise unavailable for its whole life, executes the student's extracted
-  definitions (imports, functions, classes, literal constants; nothing else) statement by statement in a fresh
-  namespace, calls :func:`workbench.lessons.exercises.observe` on the exercise's function and hands what it
-  observed (plain data for ``torch.load(weights_only=True)``) to the worker, which writes ``obs-K.pt`` from its own
-  copy as each exercise ends (and writes over whatever a child wrote under such names), plus ``exec.json`` (the
-  statements that raised, for the hints);
-* ``"mode": "notebook"``: runs the student's notebook with papermill and saves ``run.json`` (status, error,
-  seconds), so the gradebook can say whether it runs.
+  closes the worker's channel to the grader, makes the package's answer to that exercise unavailable for its whole
+  life, executes the student's extracted definitions (imports, functions, classes, literal constants; nothing else)
+  statement by statement in a fresh namespace, calls :func:`workbench.lessons.exercises.observe` on the exercise's
+  function and leaves what it observed (plain data for ``torch.load(weights_only=True)``) in ``child-K.pt``; once
+  that child has ended (and whatever it started), the worker reads that file, and only that one, and sends the
+  observation to the grader over the channel, plus ``exec.json`` (the statements that raised, for the hints);
+* ``"mode": "notebook"``: runs the student's notebook with papermill and sends its status, error and seconds over
+  the channel, so the gradebook can say whether it runs.
 
+The channel (``job["channel_fd"]``, a pipe the grader reads) is the only way a result reaches the grader: no file a
+student's process could write is read as one. The worker makes itself non-dumpable, so a process of the same user id
+can neither open the channel through ``/proc`` nor trace the worker; it can only kill it, which loses its own
+exercise's result and nothing else.
 Nothing it writes decides a grade: the grader judges the observations with its own reference in its own process.
 """
 
@@ -26,6 +30,47 @@ from pathlib import Path
 from typing import Any
 
 CHILD_BYTES = 64 * 2**20  # a child's observation larger than this is not loaded (the grader's own cap)
+FRAME_MAGIC = b"WBO1"  # each message on the channel: magic, index (4 bytes), length (8 bytes), then the payload
+RUN_INDEX = 2**32 - 1  # the index of the notebook mode's one message
+
+
+def send(fd: int, index: int, payload: bytes) -> None:
+    """One framed message on the channel (see :func:`read_frames`)."""
+    data = FRAME_MAGIC + index.to_bytes(4, "big") + len(payload).to_bytes(8, "big") + payload
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_frames(data: bytes | bytearray, limit: int) -> tuple[dict[int, bytes], str | None]:
+    """The complete messages in ``data`` by index, and what was wrong with the rest (None: nothing, or only an
+    unfinished last message, as when the worker was stopped while it wrote)."""
+    frames: dict[int, bytes] = {}
+    at = 0
+    while len(data) - at >= 16:
+        if data[at:at + 4] != FRAME_MAGIC:
+            return frames, "the channel held something that is not a message"
+        index, size = int.from_bytes(data[at + 4:at + 8], "big"), int.from_bytes(data[at + 8:at + 16], "big")
+        if size > limit:
+            return frames, f"a message of {size} bytes (over {limit})"
+        if len(data) - at - 16 < size:
+            break
+        frames[index] = bytes(data[at + 16:at + 16 + size])
+        at += 16 + size
+    return frames, None
+
+
+def _not_dumpable() -> None:
+    """PR_SET_DUMPABLE 0: processes of the same user id (the student's) cannot open /proc/PID/fd of this one or
+    trace it (Linux; elsewhere nothing changes)."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def run_checks(job: dict[str, Any], folder: Path) -> None:
@@ -48,20 +93,24 @@ def run_checks(job: dict[str, Any], folder: Path) -> None:
 
 
 def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
+    import io
+
     import torch
 
     from workbench.lessons import exercises as ex
 
+    channel = int(job["channel_fd"])
     failed: list[str] = []
-    observations: dict[int, Any] = {}
     if not job["exercises"]:
         (folder / "exec.json").write_text("[]")
     for k, exercise_id in enumerate(job["exercises"]):
-        _publish(folder, observations, torch)  # only this process's copies stand, before each child and after the last
+        _clear_handoffs(folder)  # nothing an earlier child left can pass for this child's observation
         child = os.fork()
-        if child == 0:  # the child: observe one exercise, write obs-K.pt, never return
+        if child == 0:  # the child: observe one exercise, write child-K.pt, never return
             code = 1
             try:
+                os.close(channel)  # before any student code: the child cannot speak to the grader
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any Python process
                 torch.set_num_threads(threads)
                 _observe_one(job, folder, k, exercise_id, failed)
                 code = 0
@@ -73,15 +122,16 @@ def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
         if job.get("own_pid_namespace"):
             _end_leftovers()  # what the child started (a process that could outlive it) ends with it
         observation = _child_observation(folder, k, exercise_id, job["seed"], status, torch)
-        observations[k] = observation
+        buffer = io.BytesIO()
+        torch.save(observation, buffer)
+        send(channel, k, buffer.getvalue())  # this process's own copy, read from the child that observed it
         try:
-            passed = ex.judge(exercise_id, observation).status == ex.PASSED
+            passed = ex.judge(exercise_id, observation, seed=job["seed"], n_draws=ex.N_DRAWS).status == ex.PASSED
         except Exception:  # noqa: BLE001 (not this exercise's observation: the grader says so; here it only failed)
             passed = False
         if not passed:
             failed.append(exercise_id)
-        _publish(folder, observations, torch)  # obs-K.pt appears as each exercise ends: the grader watches for it
-    _publish(folder, observations, torch)
+    _clear_handoffs(folder)
 
 
 def _end_leftovers() -> None:
@@ -136,20 +186,14 @@ def _child_observation(folder: Path, k: int, exercise_id: str, seed: int, status
             "stopped": {"kind": "process ended", "text": why, "case": ""}}
 
 
-def _publish(folder: Path, observations: dict[int, Any], torch: Any) -> None:
-    """Make the folder hold exactly this process's observations as ``obs-K.pt``: whatever a child wrote under those
-    names (it can reach the answers of other exercises than its own, and could write their files) is removed or
-    written over with the copy this process read from the child that observed that exercise."""
-    ours = {f"obs-{k}.pt" for k in observations}
-    for stray in [*folder.glob("obs-*"), *folder.glob("child-*")]:
-        if stray.name not in ours:
-            if stray.is_dir() and not stray.is_symlink():
-                shutil.rmtree(stray, ignore_errors=True)
-            else:
-                stray.unlink(missing_ok=True)
-    for k, observation in observations.items():
-        torch.save(observation, folder / f"obs-{k}.tmp")
-        os.replace(folder / f"obs-{k}.tmp", folder / f"obs-{k}.pt")
+def _clear_handoffs(folder: Path) -> None:
+    """Remove every ``child-*`` entry: a child can reach the answers of other exercises than its own, and could have
+    written a later exercise's file."""
+    for stray in folder.glob("child-*"):
+        if stray.is_dir() and not stray.is_symlink():
+            shutil.rmtree(stray, ignore_errors=True)
+        else:
+            stray.unlink(missing_ok=True)
 
 
 def _observe_one(job: dict[str, Any], folder: Path, k: int, exercise_id: str, failed: list[str]) -> None:
@@ -189,14 +233,23 @@ def _observe_one(job: dict[str, Any], folder: Path, k: int, exercise_id: str, fa
 def run_notebook(job: dict[str, Any], folder: Path) -> None:
     from workbench.tools.book.runner import run_notebook as execute
 
+    channel = int(job["channel_fd"])
+    os.set_inheritable(channel, False)  # the kernel and whatever it starts never hold it
     result = execute(folder / job["notebook"], folder / "run", smoke=job["smoke"], html_report=False, threads=1,
                      quiet=True)
-    (folder / "run.json").write_text(json.dumps({k: result.get(k) for k in ("status", "error", "seconds")}))
+    send(channel, RUN_INDEX, json.dumps({k: result.get(k) for k in ("status", "error", "seconds")}).encode())
 
 
 def main(argv: list[str] | None = None) -> int:
     path = Path((argv if argv is not None else sys.argv[1:])[0])
     job = json.loads(path.read_text())
+    _not_dumpable()
+    if job.get("own_pid_namespace"):
+        # the PID namespace's first process: a signal it leaves at its default action is not delivered from inside
+        # the namespace, so a student's process cannot stop it (the grader's time-out still can, from outside)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                    signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
     {"checks": run_checks, "notebook": run_notebook}[job["mode"]](job, path.parent)
     return 0
 
