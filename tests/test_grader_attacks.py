@@ -153,3 +153,20 @@ def test_a_students_text_cannot_drive_the_instructors_terminal(attacked):
     assert "\x1b" not in text and "\r" not in text and "\x07" not in text
     assert "\\x1b[31mRED" in text  # shown, escaped
     assert printable("tab\there \x1b[2K") == "tab\\there \\x1b[2K"
+
+
+def test_a_hidden_folder_inside_a_folder_bound_back_is_hidden_again(tmp_path, monkeypatch):
+    """The probe's finding: with the repository under the instructor's home and the class inside it, the
+    non-recursive bind that brings the repository back into the emptied home also brought the class back."""
+    from workbench.tools.grading import sandbox
+
+    home = tmp_path / "home"
+    repo, cls, elsewhere = home / "aw" / "src", home / "aw" / "src" / "class", tmp_path / "other-class"
+    for folder in (repo, cls, elsewhere):
+        folder.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    lines = sandbox._mount_script(tmp_path / "work", [cls, elsewhere], [repo]).splitlines()
+    hide_cls = [i for i, line in enumerate(lines) if line.startswith("mount -t tmpfs") and line.endswith(str(cls))]
+    bound_back = max(i for i, line in enumerate(lines) if "mount --bind" in line and line.endswith(str(repo)))
+    assert hide_cls and hide_cls[-1] > bound_back, lines
+    assert sum(line.endswith(str(elsewhere)) for line in lines) == 1  # outside the home: hidden once is enough
