@@ -74,6 +74,43 @@ def padding_stats_by_batch(batches, *lengths):
             "batches": float(len(batches))}
 
 
+def brevity_penalty_float32(c, r):
+    """exp computed on a float32 tensor: about 3e-8 from the float64 value."""
+    return 1.0 if c >= r else (0.0 if c == 0 else float(torch.exp(torch.tensor(1 - r / c))))
+
+
+def path_length_by_counting(kind, n, k=3, r=8, dilated=False):
+    """The dilated reach multiplied out in integers instead of a logarithm."""
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional" and dilated:
+        layers, reach = 0, 1
+        while reach < n:
+            reach, layers = reach * k, layers + 1
+        return layers
+    step = (k - 1) // 2 if kind == "convolutional" else r // 2
+    return -(-(n - 1) // step)
+
+
+def greedy_with_max_indices(next_logits, bos_id, eos_id, max_len):
+    """torch.max(...).indices instead of argmax: the first of tied maxima as well."""
+    out = [bos_id]
+    while len(out) < max_len:
+        out.append(int(torch.max(next_logits(out), 0).indices))
+        if out[-1] == eos_id:
+            return out[1:]
+    return [*out[1:], eos_id]
+
+
+def layer_norm_in_float64(x, gamma, beta, eps):
+    xd = x.double()
+    centred = xd - xd.mean(-1, keepdim=True)
+    y = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * gamma.double() + beta.double()).to(x.dtype)
+
+
 RIGHT = [
     ("04.distance_matrix", distance_by_expansion),
     ("04.distance_matrix", distance_cdist),
@@ -82,6 +119,10 @@ RIGHT = [
     ("12.paired_verdict", paired_verdict_statistics),
     ("07.average_checkpoints", average_with_torch_mean),
     ("08.padding_stats", padding_stats_by_batch),
+    ("09.brevity_penalty", brevity_penalty_float32),
+    ("11.path_length", path_length_by_counting),
+    ("05.greedy_loop", greedy_with_max_indices),
+    ("06.layer_norm", layer_norm_in_float64),
 ]
 
 

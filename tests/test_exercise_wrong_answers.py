@@ -1057,42 +1057,172 @@ def average_summed_in_own_dtype(sds):
     return {k: (sum(sd[k] for sd in sds) / len(sds)).to(sds[-1][k].dtype) for k in sds[-1]}
 
 
+# -- the second outside probe's wrong answers that passed (large scores, padding not at the end, ties, cancellation,
+# hidden units above 6, log of softmax, letter case, a float log just under an integer, a helper of the checks)
+def _overflowing_scores(scores, allowed):
+    e = torch.exp(scores) * allowed
+    den = e.sum(-1, keepdim=True)
+    return e / torch.where(den > 0, den, torch.ones_like(den))
+
+
+def dist_no_max_taken_off(e, mask):
+    return _overflowing_scores(e, mask)
+
+
+def dist_padding_assumed_at_the_end(e, mask):
+    out = torch.zeros_like(e)
+    for b in range(e.shape[0]):
+        n = int(mask[b].sum())
+        out[b, :n] = torch.softmax(e[b, :n], -1)
+    return out
+
+
+def weights_no_max_taken_off(q, k, mask=None):
+    allowed = torch.ones(1, dtype=torch.bool) if mask is None else mask
+    return _overflowing_scores(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), allowed)
+
+
+def weights_two_d_mask_taken_as_causal(q, k, mask=None):
+    if mask is not None and mask.dim() == 2:
+        mask = torch.ones_like(mask).tril().bool()
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0)
+
+
+def weights_through_sdpa(q, k, mask=None):
+    eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-1], k.shape[-2])
+    return F.scaled_dot_product_attention(q, k, eye, attn_mask=mask).nan_to_num(0.0)
+
+
+def weights_through_the_checks_helper(q, k, mask=None):
+    from workbench.lessons.exercises import nb02
+
+    return nb02._weights(q, k, mask)
+
+
+def attention_no_max_taken_off(q, k, v, mask=None):
+    return weights_no_max_taken_off(q, k, mask) @ v
+
+
+def mha_no_max_taken_off(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    B, T, D = x.shape
+    heads = [(x @ W).view(B, T, n_heads, D // n_heads).transpose(1, 2) for W in (W_q, W_k, W_v)]
+    scores = heads[0] @ heads[1].transpose(-2, -1) / math.sqrt(D // n_heads)
+    w = _overflowing_scores(scores, torch.ones(1, dtype=torch.bool) if mask is None else mask)
+    return (w @ heads[2]).transpose(1, 2).reshape(B, T, D) @ W_o
+
+
+def padding_from_lengths(tokens, pad_id):
+    lengths = (tokens != pad_id).sum(1)
+    return torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
+
+
+def padding_from_the_first_pad_on(tokens, pad_id):
+    return (tokens != pad_id).long().cumprod(1).bool()
+
+
+def causal_memorised_up_to_16(T):
+    return torch.ones(T, T, dtype=torch.bool).tril() if T <= 16 else torch.ones(T, T, dtype=torch.bool)
+
+
+def cache_no_max_taken_off(x_new, cache, W_q, W_k, W_v):
+    k, v = x_new @ W_k, x_new @ W_v
+    cache.k = k if cache.k is None else torch.cat([cache.k, k], 1)
+    cache.v = v if cache.v is None else torch.cat([cache.v, v], 1)
+    scores = (x_new @ W_q) @ cache.k.transpose(1, 2) / math.sqrt(x_new.shape[-1])
+    return _overflowing_scores(scores, torch.ones(1, dtype=torch.bool)) @ cache.v
+
+
+def greedy_ties_to_the_last(next_logits, bos_id, eos_id, max_len):
+    out = [bos_id]
+    while True:
+        if len(out) == max_len:
+            out.append(eos_id)
+            break
+        logits = next_logits(out)
+        out.append(int((logits == logits.max()).nonzero()[-1]))
+        if out[-1] == eos_id:
+            break
+    return out[1:]
+
+
+def ln_variance_by_cancellation(x, gamma, beta, eps):
+    mean = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mean * mean
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def ffn_relu6(x, W1, b1, W2, b2):
+    return F.relu6(x @ W1 + b1) @ W2 + b2
+
+
+def loss_log_of_softmax(logits, targets, pad_id, eps):
+    logp = torch.log(torch.softmax(logits.float(), -1))
+    nll = -logp.gather(-1, targets[..., None]).squeeze(-1)
+    return ((1 - eps) * nll - eps * logp.mean(-1))[targets != pad_id].sum()
+
+
+def ngrams_lower_cased(hyp, ref, n):
+    grams = lambda words: Counter(zip(*[[w.lower() for w in words][i:] for i in range(n)], strict=False))  # noqa: E731
+    h, r = grams(hyp), grams(ref)
+    return sum(min(c, r[g]) for g, c in h.items()), sum(h.values())
+
+
+def path_dilated_by_float_log(kind, n, k=3, r=8, dilated=False):
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional":
+        return int(math.log(n - 1, k)) + 1 if dilated else -(-(n - 1) // ((k - 1) // 2))
+    return -(-(n - 1) // (r // 2))
+
+
 WRONG = {
     "01.dot_score": [dot_score_in_place, dot_score_cut, dot_score_first_row, dot_score_float32],
-    "01.attention_distribution": [dist_in_place, dist_first_mask_row, dist_detached, dist_log],
+    "01.attention_distribution": [dist_in_place, dist_first_mask_row, dist_detached, dist_log, dist_no_max_taken_off,
+                                  dist_padding_assumed_at_the_end],
     "01.context_vector": [ctx_in_place, ctx_detached, ctx_first_weights],
     "02.attention_weights": [weights_uniform_empty_rows, weights_4d_masks_only, weights_scaled_by_keys,
-                             weights_in_place, weights_calls_package],
+                             weights_in_place, weights_calls_package, weights_no_max_taken_off,
+                             weights_two_d_mask_taken_as_causal, weights_through_sdpa, weights_through_the_checks_helper],
     "02.attention": [attention_torch_kernel, attention_additive_float_mask, attention_detached_values,
-                     attention_calls_package],
+                     attention_calls_package, attention_no_max_taken_off],
     "03.split_heads": [split_chunks_positions, split_fixed_width, split_in_place, split_calls_package],
     "03.merge_heads": [merge_along_positions, merge_float32, merge_detached],
-    "03.multi_head_attention": [mha_2d_masks_only, mha_queries_as_keys, mha_torch, mha_detached_output_projection],
+    "03.multi_head_attention": [mha_2d_masks_only, mha_queries_as_keys, mha_torch, mha_detached_output_projection,
+                                mha_no_max_taken_off],
     "04.sinusoidal_table": [table_float64, table_even_widths_only, table_base_1000, table_from_the_package_module],
     "04.distance_matrix": [distance_centres_in_place, distance_float32, distance_root_of_l1],
-    "05.padding_mask": [padding_greater_than, padding_uint8, padding_in_place],
-    "05.causal_mask": [causal_transposed, causal_fixed_size, causal_strict],
-    "05.attend_with_cache": [cache_keys_transposed, cache_values_are_keys, cache_detached_history, cache_torch_sdpa],
-    "05.greedy_loop": [greedy_last_token_only, greedy_without_bos, greedy_budget_counts_bos],
-    "06.layer_norm": [ln_centres_in_place, ln_torch, ln_no_eps, ln_detached_mean],
+    "05.padding_mask": [padding_greater_than, padding_uint8, padding_in_place, padding_from_lengths,
+                         padding_from_the_first_pad_on],
+    "05.causal_mask": [causal_transposed, causal_fixed_size, causal_strict, causal_memorised_up_to_16],
+    "05.attend_with_cache": [cache_keys_transposed, cache_values_are_keys, cache_detached_history, cache_torch_sdpa,
+                              cache_no_max_taken_off],
+    "05.greedy_loop": [greedy_last_token_only, greedy_without_bos, greedy_budget_counts_bos, greedy_ties_to_the_last],
+    "06.layer_norm": [ln_centres_in_place, ln_torch, ln_no_eps, ln_detached_mean, ln_variance_by_cancellation],
     "06.post_ln": [post_ln_normalised_input, post_ln_detached_sublayer, post_ln_plain_layer_norm],
     "06.pre_ln": [pre_ln_norm_after_sublayer, pre_ln_in_place, pre_ln_float32],
-    "06.feed_forward": [ffn_gelu, ffn_relu_on_input, ffn_transposed, ffn_package],
+    "06.feed_forward": [ffn_gelu, ffn_relu_on_input, ffn_transposed, ffn_package, ffn_relu6],
     "06.scaled_embedding": [emb_scaled_by_vocabulary, emb_detached, emb_one_hot],
     "06.tied_logits": [tied_not_transposed, tied_log_probabilities, tied_detached],
     "07.rate": [rate_warmup_power_positive, rate_linear_warmup, rate_package],
     "07.shift_target": [shift_eos_dropped_from_target, shift_eos_blanked_in_place, shift_first_and_last_cut],
-    "07.label_smoothed_loss": [loss_graph_cut, loss_pad_zero, loss_stabilised_in_place],
+    "07.label_smoothed_loss": [loss_graph_cut, loss_pad_zero, loss_stabilised_in_place, loss_log_of_softmax],
     "07.average_checkpoints": [average_first_dtype, average_summed_in_own_dtype, average_into_first, average_cut, average_float64],
     "07.length_penalty": [lp_precedence, lp_integer_division, lp_package],
     "07.beam_step": [beam_unsorted, beam_divides_by_beam_size, beam_in_place, beam_detached],
-    "09.ngram_matches": [ngrams_joined_keys, ngrams_last_dropped, ngrams_denominator_from_length, ngrams_sacrebleu],
+    "09.ngram_matches": [ngrams_joined_keys, ngrams_last_dropped, ngrams_denominator_from_length, ngrams_sacrebleu,
+                          ngrams_lower_cased],
     "09.brevity_penalty": [bp_no_guard, bp_empty_clamped, bp_integer_ratio],
     "10.head_entropy": [entropy_zero_rows_counted, entropy_in_place, entropy_mean_of_sentence_means, entropy_float32, entropy_calls_package],
     "10.positional_score": [positional_zero_rows_counted, positional_unshifted_query_mask, positional_detached, positional_in_place,
                             positional_calls_package],
     "11.layer_macs": [macs_lstm, macs_kernel_three, macs_window_eight, macs_calls_package],
-    "11.path_length": [path_half_kernel_in_floats, path_rounded_log, path_dilated_ignored, path_zero_for_one_position, path_calls_package],
+    "11.path_length": [path_half_kernel_in_floats, path_rounded_log, path_dilated_ignored, path_zero_for_one_position, path_calls_package,
+                        path_dilated_by_float_log],
     "12.verdict": [verdict_margin_inclusive, verdict_strict_no_difference, verdict_calls_package],
     "12.paired_verdict": [pv_differences_in_place, pv_divided_by_n, pv_three_seeds, pv_calls_package],
     "13.integrated_gradients": [ig_in_place, ig_twenty_steps, ig_midpoint, ig_zero_baseline_assumed, ig_captum],

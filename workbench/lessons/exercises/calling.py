@@ -91,12 +91,22 @@ def _mistake_helpers(ex: Any) -> list[types.FunctionType]:
     """The functions of the exercise modules that the planted mistakes call (``variants``' partials of one
     parametrised implementation, right at its defaults): a student must not reach the answer through them."""
     found: dict[int, types.FunctionType] = {}
-    for mistake in getattr(ex, "mistakes", ()):
-        fn = mistake.fn
+
+    def add(fn: Any) -> None:
         while isinstance(fn, functools.partial):
             fn = fn.func
-        if isinstance(fn, types.FunctionType) and fn.__module__.startswith("workbench.lessons.exercises"):
-            found.setdefault(id(fn), fn)
+        if not (isinstance(fn, types.FunctionType) and fn.__module__.startswith("workbench.lessons.exercises.nb")):
+            return
+        if id(fn) in found:
+            return
+        found[id(fn)] = fn
+        for name in fn.__code__.co_names:  # and what it calls in its own module (a parametrised helper, say,
+            value = fn.__globals__.get(name)  # whose defaults give the right answer)
+            if isinstance(value, types.FunctionType) and value.__module__ == fn.__module__:
+                add(value)
+
+    for mistake in getattr(ex, "mistakes", ()):
+        add(mistake.fn)
     return list(found.values())
 
 

@@ -466,9 +466,15 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws:
                 d = difference(g, w, ex.atol * 10, ex.rtol * 10)
                 if d:
                     props.append(Property("gradients flow to the inputs and equal the package's", False, d))
+                    if isinstance(g, torch.Tensor) and g.is_floating_point() and not bool(g.isfinite().all()):
+                        why = ("its gradient holds NaN or infinity where the package's is finite: an exp() that "
+                               "overflows, or a 0/0 in a row with nothing to attend to (set such rows to zero with "
+                               "torch.where, not by dividing)")
+                    else:
+                        why = ("the values match but the computation is not the same function (a constant, a "
+                               "detached part or a non-differentiable step)")
                     return result(FAILED, f"the gradient with respect to {name} differs from the package's (on "
-                                  f"input '{c.name}': {d}): the values match but the computation is not the same "
-                                  "function (a constant, a detached part or a non-differentiable step)")
+                                  f"input '{c.name}': {d}): {why}")
         props.append(Property("gradients flow to the inputs and equal the package's", True))
     props.append(Property("its own work (the package's answer unavailable while it ran)", True))
     return CheckResult(ex.id, PASSED, f"every property holds on {len(cases)} inputs", ex.reference, None, props, seed)

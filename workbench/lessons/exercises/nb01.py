@@ -76,7 +76,12 @@ def _dist_cases() -> list[Case]:
     return [Case("batch 3 with padding", (e, mask)),
             Case("batch 1, float64, no padding", (e1, torch.ones(1, 5, dtype=torch.bool))),
             Case("one real position", (torch.randn(2, 4, generator=g), torch.tensor([[True, False, False, False]] * 2))),
-            Case("length 1", (torch.randn(2, 1, generator=g), torch.ones(2, 1, dtype=torch.bool)))]
+            Case("length 1", (torch.randn(2, 1, generator=g), torch.ones(2, 1, dtype=torch.bool))),
+            Case("padding not at the end", (torch.randn(2, 4, generator=g),
+                                            torch.tensor([[False, True, True, False], [True, False, True, True]]))),
+            Case("large scores (exp overflows unless the row's maximum is taken off first)",
+                 (torch.tensor([[100.0, 0.0, -50.0, 3.0], [80.0, 90.0, 0.0, 1.0]]),
+                  torch.tensor([[True, True, True, False], [True, True, True, True]])))]
 
 
 def _dist_draw(rng) -> Case:

@@ -30,7 +30,8 @@ def _masks() -> dict[str, Tensor]:
     full = torch.ones(2, 1, 4, 6, dtype=torch.bool)
     full[0, 0, 2] = False  # query 2 of sentence 0 may attend to no key
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
-    return {"padding": padding, "fully masked row": full, "causal": causal}
+    banded = torch.tensor([[True, True, False], [False, True, True], [True, False, True]])  # 2-D, not causal
+    return {"padding": padding, "fully masked row": full, "causal": causal, "banded": banded}
 
 
 def cases() -> list[Case]:
@@ -43,7 +44,15 @@ def cases() -> list[Case]:
         Case("fully masked row", (*_qkv(2, 3, 4, 6, 8, 8, 3), m["fully masked row"])),
         Case("length 1", (*_qkv(2, 5, 1, 1, 4, 4, 4), None)),
         Case("cross-attention Tq != Tk, float64", (*_qkv(2, 1, 3, 7, 16, 2, 5, torch.float64), None)),
+        Case("a (Tq, Tk) mask that is not causal", (*_qkv(1, 2, 3, 3, 4, 3, 7), m["banded"])),
+        Case("large scores (exp overflows unless the row's maximum is taken off first)", _large_scores()),
     ]
+
+
+def _large_scores() -> tuple:
+    """Scores in the hundreds, with padding: exp() of them overflows float32 (past about 88)."""
+    q, k, v = _qkv(2, 2, 3, 4, 16, 5, 8)
+    return q * 8, k * 8, v, P.key_mask([4, 3], 4)[:, None, None, :]
 
 
 def draw(rng) -> Case:
@@ -154,7 +163,8 @@ register(Exercise(
     "02.attention_weights", "the attention weights softmax(QKᵀ/√d_k) with a mask", attention_weights,
     lambda: [Case(c.name, (c.args[0], c.args[1], c.args[3])) for c in [*cases(), _ragged_case()]],
     draw=lambda rng: (lambda c: Case(c.name, (c.args[0], c.args[1], c.args[3])))(draw(rng)),
-    differentiable=True, package=PACKAGE, invariants=WEIGHT_INVARIANTS,
+    differentiable=True, package=(*PACKAGE, "torch.nn.functional.scaled_dot_product_attention"),  # (on identity
+    invariants=WEIGHT_INVARIANTS,  # values it returns the weights)
     mistakes=(*WEIGHT_MISTAKES, Mistake(*MASKED_AFTER_SOFTMAX, _masked_after_softmax)),
 ))
 

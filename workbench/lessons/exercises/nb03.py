@@ -161,7 +161,14 @@ def _mha_cases() -> list[Case]:
             Case("batch 4, every row a different length", _mha_ragged()),
             Case("batch 1, length 1, 2 heads", _mha_case(1, 1, 8, 2, 3)),
             Case("1 head", _mha_case(2, 4, 6, 1, 4)),
-            Case("5 heads, float64", _mha_case(2, 4, 10, 5, 5, torch.float64, pad=True))]
+            Case("5 heads, float64", _mha_case(2, 4, 10, 5, 5, torch.float64, pad=True)),
+            Case("large scores (exp overflows unless the row's maximum is taken off first)", _mha_large())]
+
+
+def _mha_large() -> tuple:
+    """Inputs of size 5 through near-identity projections: scores in the hundreds, past exp()'s float32 range."""
+    x, *Ws, H, mask = _mha_case(2, 4, 8, 2, 7, pad=True)
+    return (x * 5, *[W * 0.3 + torch.eye(8) for W in Ws], H, mask)
 
 
 def _mha(x, W_q, W_k, W_v, W_o, n_heads, mask, scale_by="d_head", merge="right", project=True, split=True,

@@ -24,7 +24,8 @@ def _pad_cases() -> list[Case]:
     return [Case("batch 2 with padding", (torch.tensor([[5, 6, 7, 0, 0], [4, 0, 0, 0, 0]]), 0)),
             Case("batch 1, no padding", (torch.tensor([[3, 9, 4]]), 0)),
             Case("pad id 1", (torch.tensor([[5, 0, 1, 1], [7, 8, 9, 1]]), 1)),
-            Case("length 1", (torch.tensor([[4], [0]]), 0))]
+            Case("length 1", (torch.tensor([[4], [0]]), 0)),
+            Case("padding not only at the end", (torch.tensor([[0, 0, 5, 6], [7, 0, 8, 0]]), 0))]
 
 
 def _pad_draw(rng) -> Case:
@@ -52,8 +53,8 @@ register(Exercise(
 # -- causal_mask --------------------------------------------------------------------------------------------------
 register(Exercise(
     "05.causal_mask", "the causal mask: query i may attend to keys j <= i", causal_mask,
-    lambda: [Case("T = 5", (5,)), Case("T = 1", (1,)), Case("T = 8", (8,))],
-    draw=lambda rng: (lambda T: Case(f"T = {T}", (T,)))(rng.randint(1, 16)),
+    lambda: [Case("T = 5", (5,)), Case("T = 1", (1,)), Case("T = 8", (8,)), Case("T = 37", (37,))],
+    draw=lambda rng: (lambda T: Case(f"T = {T}", (T,)))(rng.randint(1, 64)),
     package=("workbench.model.masks.attention_mask",), invariants=(P.boolean(),),
     mistakes=(
         Mistake("future allowed, past blocked", "the upper triangle is the future: keep the lower triangle "
@@ -125,6 +126,12 @@ def _cache_case(B: int, T: int, D: int, seed: int, dtype: torch.dtype = torch.fl
             *(torch.randn(D, D, generator=g, dtype=dtype) / math.sqrt(D) * 2 for _ in range(3)))
 
 
+def _cache_large() -> tuple:
+    """Inputs of size 12 through near-identity projections: scores in the hundreds, past exp()'s float32 range."""
+    x, *Ws = _cache_case(2, 5, 4, 4)
+    return (x * 12, *[W * 0.2 + torch.eye(4) for W in Ws])
+
+
 def _only_new(x_new, cache, W_q, W_k, W_v):
     return x_new @ W_v
 
@@ -162,7 +169,8 @@ register(Exercise(
     lambda: [Case("batch 2, 6 steps, D=8", _cache_case(2, 6, 8, 0)), Case("batch 1, 1 step", _cache_case(1, 1, 4, 1)),
              Case("float64, 4 steps", _cache_case(2, 4, 6, 2, torch.float64)),
              # long enough that a cache which keeps only its last few positions (a window) shows
-             Case("batch 1, 16 steps, D=4", _cache_case(1, 16, 4, 3))],
+             Case("batch 1, 16 steps, D=4", _cache_case(1, 16, 4, 3)),
+             Case("large scores (exp overflows unless the row's maximum is taken off first)", _cache_large())],
     driver=run_and_watch_cache, draw=_cache_draw, differentiable=True, fills=(CACHE_K, CACHE_V),
     package=("workbench.model.attention.scaled_dot_product_attention", "workbench.model.attention.KVCache.append",
              "torch.nn.functional.scaled_dot_product_attention"),
@@ -232,7 +240,19 @@ def _loop_cases() -> list[Case]:
             Case("budget of 1", (_bigram(12, [2, 8, 3], 2), 2, 3, 1)),
             Case("eos first", (_bigram(9, [2, 3], 3), 2, 3, 5)),
             Case("a model that reads the whole prefix", (PrefixModel(30, 7, 3, 6), 2, 3, 12)),
-            Case("a model that reads the whole prefix, bos 1, eos 0", (PrefixModel(25, 8, 0, 4), 1, 0, 9))]
+            Case("a model that reads the whole prefix, bos 1, eos 0", (PrefixModel(25, 8, 0, 4), 1, 0, 9)),
+            Case("ties: two tokens share the top score (argmax takes the first)", (_tied([2, 5, 7, 3]), 2, 3, 10))]
+
+
+def _tied(chain: list[int]) -> BigramModel:
+    """A bigram table in which each step's best token ties with the next id (eos excepted)."""
+    table = torch.zeros(12, 12)
+    table[:, 3] = -10.0
+    for a, b in zip(chain, chain[1:], strict=False):
+        table[a, b] = 5.0
+        if b != 3:
+            table[a, b + 1] = 5.0
+    return BigramModel(table)
 
 
 def _loop_draw(rng) -> Case:

@@ -39,6 +39,11 @@ def _ln_case(B: int, T: int, D: int, seed: int, dtype: torch.dtype = torch.float
     return x, 1 + torch.randn(D, generator=g, dtype=dtype) * 0.5, torch.randn(D, generator=g, dtype=dtype), eps
 
 
+def _ln_far_from_zero() -> tuple:
+    x, gamma, beta, eps = _ln_case(2, 4, 8, 5)
+    return x + 1000, gamma, beta, eps
+
+
 def _ln(x, gamma, beta, eps, dim=-1, unbiased=False, eps_outside=False, affine=True):
     mean = x.mean(dim, keepdim=True)
     var = x.var(dim, keepdim=True, unbiased=unbiased)
@@ -59,7 +64,8 @@ register(Exercise(
     cases=lambda: [Case("batch 2, 5 positions, D=8", _ln_case(2, 5, 8, 0)),
              Case("batch 1, length 1", _ln_case(1, 1, 6, 1)),
              Case("a constant row, eps 0.1", _ln_case(2, 3, 4, 2, constant_row=True, eps=0.1)),
-             Case("float64", _ln_case(2, 4, 5, 3, torch.float64))],
+             Case("float64", _ln_case(2, 4, 5, 3, torch.float64)),
+             Case("features around 1000 (E[x²] - E[x]² loses the variance to rounding)", _ln_far_from_zero())],
     atol=1e-4,
     mistakes=variants(
         _ln,
@@ -172,6 +178,11 @@ def _ffn_case(B, T, D, d_ff, seed, dtype=torch.float32):
             torch.randn(D, generator=g, dtype=dtype))
 
 
+def _ffn_large() -> tuple:
+    x, *rest = _ffn_case(2, 4, 8, 16, 3)
+    return (x * 5, *rest)
+
+
 def _ffn_draw(rng) -> Case:
     B, T, D, d_ff, dt = rng.randint(1, 3), rng.randint(1, 5), rng.randint(1, 8), rng.randint(1, 24), P.dtype(rng)
     return Case(f"B={B}, T={T}, D={D}, d_ff={d_ff}, {dt}", _ffn_case(B, T, D, d_ff, rng.randrange(10**6), dt))
@@ -181,7 +192,8 @@ register(Exercise(
     "06.feed_forward", "the position-wise feed-forward network max(0, xW1 + b1)W2 + b2", feed_forward,
     draw=_ffn_draw, differentiable=True, package=("workbench.model.transformer.FeedForward.forward",),
     cases=lambda: [Case("batch 2, D=8, d_ff=32", _ffn_case(2, 5, 8, 32, 0)), Case("batch 1, length 1", _ffn_case(1, 1, 4, 16, 1)),
-             Case("float64", _ffn_case(2, 3, 6, 24, 2, torch.float64))],
+             Case("float64", _ffn_case(2, 3, 6, 24, 2, torch.float64)),
+             Case("large inputs (hidden units well above 6)", _ffn_large())],
     mistakes=(
         Mistake("no ReLU", "apply max(0, ·) between the two linear maps, or the FFN is one linear map",
                 lambda x, W1, b1, W2, b2: (x @ W1 + b1) @ W2 + b2),

@@ -112,7 +112,9 @@ def _loss_cases() -> list[Case]:
     t = torch.tensor([[5, 6, 7, 0], [4, 0, 0, 0]])
     return [Case("batch 2 with padding, eps 0.1", (torch.randn(2, 4, 9, generator=g) * 2, t, 0, 0.1)),
             Case("batch 1, length 1, eps 0.2", (torch.randn(1, 1, 5, generator=g), torch.tensor([[3]]), 0, 0.2)),
-            Case("pad id 1, eps 0.3", (torch.randn(2, 3, 6, generator=g), torch.tensor([[2, 1, 1], [4, 5, 1]]), 1, 0.3))]
+            Case("pad id 1, eps 0.3", (torch.randn(2, 3, 6, generator=g), torch.tensor([[2, 1, 1], [4, 5, 1]]), 1, 0.3)),
+            Case("a confident model: logits 200 apart (log of softmax gives -inf)",
+                 (torch.tensor([[[0.0, 200.0, 1.0, -3.0], [50.0, -150.0, 0.0, 2.0]]]), torch.tensor([[0, 2]]), 3, 0.1))]
 
 
 def _smoothed(logits, targets, pad_id, eps, ignore=True, reduction="sum", others=False, smooth=True):

@@ -143,7 +143,8 @@ register(Exercise(
         _positional,
         ("offset the wrong way", "query i looks at key i + offset: offset -1 is the previous token (the diagonal "
          "just below the main one)", {"flip": True}),
-        ("rows without such a key counted", "a query whose key i + offset falls outside the sentence has no such "
-         "key: leave it out of the mean, do not count it as 0", {"every_row": True}),
+        ("rows without such a key counted", "a query whose key i + offset falls outside 0..T-1 (query 0 for the "
+         "previous token) has no such key: leave it out of the mean, do not count it as 0 (a padding key inside "
+         "0..T-1 does count, with its weight of 0)", {"every_row": True}),
         ("padding queries averaged in", "average only over real query rows (query_mask)", {"mask_queries": False}),
     )))

@@ -67,7 +67,9 @@ register(Exercise(
 # -- analytic_path_length ------------------------------------------------------------------------------------------
 def _path_cases() -> list[Case]:
     rows = [(kind, n, 3, 8, False) for kind in KINDS for n in (1, 2, 9, 10, 50)]
-    powers = [("convolutional", n, k, 8, True) for k, n in ((3, 27), (3, 28), (5, 125), (5, 126), (2, 1), (7, 343))]
+    # 244 and 1001: math.log(243, 3) and math.log(1000, 10) come out just under 5 and 3
+    powers = [("convolutional", n, k, 8, True) for k, n in ((3, 27), (3, 28), (5, 125), (5, 126), (2, 1), (7, 343),
+                                                           (3, 243), (3, 244), (10, 1000), (10, 1001))]
     even_odd = [(kind, n, k, r, False) for kind in ("convolutional", "restricted") for n in (2, 9, 10, 33)
                 for k, r in ((4, 5), (6, 3), (4, 3))]  # an even kernel and an odd window: the floors show
     return [Case("every kind, n = 1, 2, 9, 10, 50", (rows,)), Case("dilated, n at exact powers of k", (powers,)),

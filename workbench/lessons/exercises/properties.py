@@ -91,6 +91,15 @@ def no_nan() -> Invariant:
     def test(args: tuple, out: Any) -> str | None:
         if isinstance(out, Tensor) and out.is_floating_point() and bool(out.isnan().any()):
             idx = tuple(int(i) for i in out.isnan().nonzero()[0])
+            masks = [a for a in args if isinstance(a, Tensor) and a.dtype == torch.bool]
+            row_open = True  # without a mask every row may attend
+            if masks:
+                try:
+                    row_open = bool(_allowed(masks[-1], out.shape)[idx[:-1]].any())
+                except RuntimeError:  # a mask of another shape (an output that is not the weights)
+                    row_open = False
+            if row_open:
+                return f"NaN at {idx}, a row with keys to attend: did exp() overflow? Take off the row's maximum first"
             return f"NaN at {idx}"
         return None
 
