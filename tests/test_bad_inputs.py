@@ -207,6 +207,20 @@ def _c17(tmp_path, mp):
     beam_search(_model(), torch.tensor([[4, 5, 3]]), beam=0)
 
 
+@case("translate with batch_size -1 (every translation came back empty)", wb.DecodingError,
+      r"batch_size=-1 is invalid: use a whole number of sentences")
+def _c_batch(tmp_path, mp):
+    wb.translate(_model(), TOK, ["ein mann"], beam=1, batch_size=-1)
+
+
+@case("a 0/1 float mask (the fused path read it as scores to add)", wb.MaskError,
+      r"mask has dtype torch.float32: masks are boolean, True = may attend")
+def _c_float_mask(tmp_path, mp):
+    model = _model()
+    src = torch.tensor([[4, 5, 3, 0]])
+    model.encode(src, src_mask=model.src_mask(src).float())
+
+
 @case("a BPE vocabulary of 10^9 entries", wb.ConfigError, r"vocab_size=1000000000 is larger than any BPE vocabulary needs")
 def _c_vocab(tmp_path, mp):
     from workbench.translation.tokenizer import SubwordTokenizer
@@ -681,8 +695,27 @@ def test_model_refuses_ids_it_cannot_read_in_one_line(src):
 def test_a_bool_is_not_a_size(field):
     from workbench.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=f"invalid {field}=True: use a positive integer"):
+    with pytest.raises(ConfigError, match=f"invalid {field}=True: use a (positive integer|whole number)"):
         wb.preset("tiny", **{field: True})
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: wb.TrainConfig(epochs=1.5), r"invalid epochs=1.5: use a whole number or None"),
+    (lambda: wb.TrainConfig(keep_checkpoints=2.5), r"invalid keep_checkpoints=2.5: use a whole number"),
+    (lambda: wb.TrainConfig(max_steps=2.5), r"invalid max_steps=2.5"),
+    (lambda: wb.TrainConfig(weight_decay=float("nan")), r"invalid weight_decay=nan: use a finite number"),
+    (lambda: wb.TrainConfig(weight_decay=-1.0), r"invalid weight_decay=-1.0"),
+    (lambda: wb.TrainConfig(compile="no"), r"invalid compile='no': use True or False"),
+    (lambda: wb.ModelConfig(norm_first="no"), r"invalid norm_first='no': use True or False"),
+    (lambda: wb.ModelConfig(layer_norm_eps="x"), r"invalid layer_norm_eps='x'"),
+    (lambda: wb.RNNConfig(attention="no"), r"invalid attention='no': use True or False"),
+    (lambda: wb.RunConfig(limit=True), r"invalid limit=True"),
+])
+def test_a_config_value_of_the_wrong_type_is_refused_at_once(make, match):
+    """The probe's finding: such values failed later (an epoch in, leaving no last.pt) or silently meant something
+    else (the string "no" is true: a pre-LN model)."""
+    with pytest.raises(wb.ConfigError, match=match):
+        make()
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

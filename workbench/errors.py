@@ -56,6 +56,10 @@ class NotebookCopyError(WorkbenchError, FileExistsError):
     """Copying the notebooks would overwrite files the user has (or the target folder is a file)."""
 
 
+class MaskError(WorkbenchError, TypeError):
+    """An attention mask that is not boolean (a 0/1 float or integer mask would be read as additive scores)."""
+
+
 class InterventionError(WorkbenchError, ValueError):
     """A head intervention that cannot be applied: unknown attention kind, layer or head, or missing means."""
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from workbench.model.hook_points import HookPoint, tap
-from workbench.model.masks import causal_mask
+from workbench.model.masks import causal_mask, check_mask
 
 
 def _probe_fused_zeroes_empty_rows(device: torch.device) -> bool:
@@ -92,6 +92,7 @@ def scaled_dot_product_attention(
         q: (B, H, Tq, d_k), k: (B, H, Tk, d_k), v: (B, H, Tk, d_v) -> out (B, H, Tq, d_v),
         weights (B, H, Tq, Tk) or None.
     """
+    check_mask(mask)
     if is_causal and mask is not None:
         mask = mask & causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (B|1, 1, Tq, Tk)
         is_causal = False
@@ -123,6 +124,7 @@ def attention_weights(
     Shapes:
         q: (B, H, Tq, d_k), k: (B, H, Tk, d_k) -> (B, H, Tq, Tk)
     """
+    check_mask(mask)
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, Tq, Tk)
     if scores_hook is not None:
         scores = tap(scores_hook, scores)

@@ -25,6 +25,32 @@ def validate(cond: bool, field: str, value: Any, fix: str) -> None:
         raise ConfigError(f"invalid {field}={value!r}: {fix}")
 
 
+def check_field_types(config: Any) -> None:
+    """Refuse a field whose value is not of its annotated simple type (``int``, ``float``, ``bool``, ``str``, with
+    ``| None``): a bool is not an int, a string is not a bool (``"False"`` is true), a float must be finite and an
+    int is a float. Fields of other types are left to the config's own checks."""
+    import math
+    import numbers
+
+    names = {"int", "float", "bool", "str", "None"}
+    for field in dataclasses.fields(config):
+        kinds = [part.strip() for part in str(field.type).split("|")]
+        if not set(kinds) <= names:
+            continue
+        value = getattr(config, field.name)
+        if value is None and "None" in kinds:
+            continue
+        ok = (("bool" in kinds and isinstance(value, bool))
+              or ("int" in kinds and isinstance(value, numbers.Integral) and not isinstance(value, bool))
+              or ("float" in kinds and isinstance(value, numbers.Real) and not isinstance(value, bool)
+                  and math.isfinite(value))
+              or ("str" in kinds and isinstance(value, str)))
+        if not ok:
+            wanted = " or ".join({"int": "a whole number", "float": "a finite number", "bool": "True or False",
+                                  "str": "a string", "None": "None"}[k] for k in kinds)
+            raise ConfigError(f"invalid {field.name}={value!r}: use {wanted}")
+
+
 def is_probability(value: Any) -> bool:
     """A dropout rate: a number in [0, 1)."""
     return isinstance(value, (int, float)) and 0.0 <= value < 1.0
@@ -58,6 +84,7 @@ class ModelConfig:
     output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias); the paper has none
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in ("d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
             value = getattr(self, name)
             validate(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, value, "use a positive integer")

@@ -12,6 +12,21 @@ import torch
 from torch import Tensor
 
 
+def check_mask(mask: Tensor | None, name: str = "mask") -> None:
+    """Refuse a mask that is not boolean: torch reads a float mask as scores to add, so a 0/1 mask silently
+    attends everywhere on the fused path.
+
+    Raises:
+        MaskError: naming the dtype and the conversion.
+    """
+    if mask is not None and mask.dtype != torch.bool:
+        from workbench.errors import MaskError
+
+        raise MaskError(f"{name} has dtype {mask.dtype}: masks are boolean, True = may attend. Convert it: "
+                        "mask.bool() when 1 means may attend, mask == 0 for an additive mask of 0 and -inf, "
+                        "~mask.bool() for torch.nn's convention (1 = blocked)")
+
+
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """True at real tokens, False at padding.
 
@@ -69,4 +84,5 @@ def attention_mask(
 
 def to_nn_mask(mask: Tensor) -> Tensor:
     """Convert our mask (True = may attend) to torch.nn's (True = blocked), or back: it is an involution."""
+    check_mask(mask)
     return ~mask

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from workbench.errors import ConfigError
+from workbench.model.config import check_field_types
 from workbench.model.hook_points import HookPoint, tap
 from workbench.model.masks import padding_mask
 
@@ -39,6 +40,7 @@ class RNNConfig:
     max_len: int = 256  # longest sequence accepted (kept for parity with ModelConfig)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in ("d_model", "n_layers", "max_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:

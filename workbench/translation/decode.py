@@ -456,7 +456,7 @@ def translate(
             decoding on the first batch's first sentences for a few steps, measures it faster), or a resolved
             :class:`~workbench.runtime.Precision`.
     """
-    _check_translate_args(model, tokenizer, sentences, beam, alpha)
+    sentences = _check_translate_args(model, tokenizer, sentences, beam, alpha, batch_size, max_tokens)
     device = _model_device(model, device)
     results = [""] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s is not None and s.strip()]

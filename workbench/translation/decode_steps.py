@@ -223,10 +223,27 @@ def _check_beam(beam: int, vocab_size: int | None = None) -> None:
                             f"use beam <= {vocab_size}")
 
 
-def _check_translate_args(model: Any, tokenizer: Any, sentences: Any, beam: Any, alpha: Any) -> None:
-    """What :func:`~workbench.translation.decode.translate` refuses, each in one line."""
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_translate_args(model: Any, tokenizer: Any, sentences: Any, beam: Any, alpha: Any, batch_size: Any = 64,
+                          max_tokens: Any = None) -> Any:
+    """What :func:`~workbench.translation.decode.translate` refuses, each in one line; returns the sentences (a
+    generator or another iterable as a list)."""
+    if not _positive_int(batch_size):
+        raise DecodingError(f"batch_size={batch_size!r} is invalid: use a whole number of sentences, 1 or more "
+                            "(such as 64)")
+    if max_tokens is not None and not _positive_int(max_tokens):
+        raise DecodingError(f"max_tokens={max_tokens!r} is invalid: use a whole number of tokens, 1 or more, or None "
+                            "for a budget sized to the device")
     if isinstance(sentences, str):
         raise InputTextError("translate() takes a list of sentences, got one string: wrap it in a list")
+    if not isinstance(sentences, list | tuple):
+        try:
+            sentences = list(sentences)
+        except TypeError:
+            raise InputTextError(f"translate() takes a list of sentences, got a {type(sentences).__name__}") from None
     if not isinstance(model, nn.Module) or not hasattr(tokenizer, "encode_src"):
         raise InputTextError(f"translate(model, tokenizer, sentences) got a {type(model).__name__} and a "
                              f"{type(tokenizer).__name__}: pass the model first, then its tokenizer "
@@ -240,6 +257,7 @@ def _check_translate_args(model: Any, tokenizer: Any, sentences: Any, beam: Any,
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:
         raise DecodingError(f"alpha={alpha!r} is invalid: use a finite number >= 0 (the paper uses 0.6; 0 ranks by "
                             "log-probability alone)")
+    return sentences
 
 
 def _check_src(model: Seq2Seq, src: Tensor) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import ConfigError
-from workbench.model.config import PRESETS, is_probability, validate
+from workbench.model.config import PRESETS, check_field_types, is_probability, validate
 from workbench.model.registry import architectures
 from workbench.runtime import PRECISIONS
 from workbench.translation.train_config import TrainConfig
@@ -47,6 +47,7 @@ class RunConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)  # the training recipe and its budget
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         from workbench.translation.tokenizer import MAX_VOCAB_SIZE
 
         for name in ("src", "tgt"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench.errors import ConfigError
-from workbench.model.config import validate
+from workbench.model.config import check_field_types, validate
 from workbench.runtime import PRECISIONS, PrecisionName
 
 
@@ -39,6 +39,7 @@ class TrainConfig:
     keep_checkpoints: int = 5  # numbered checkpoints kept on disk for averaging (the newest N; the paper averages 5)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         validate(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
         validate(self.epochs is None or self.epochs > 0, "epochs", self.epochs,
                "use a positive number of epochs, or None for no epoch limit")
@@ -49,6 +50,7 @@ class TrainConfig:
         validate(0.0 <= self.beta1 < 1.0, "beta1", self.beta1, "use a value in [0, 1)")
         validate(0.0 <= self.beta2 < 1.0, "beta2", self.beta2, "use a value in [0, 1)")
         validate(self.adam_eps > 0, "adam_eps", self.adam_eps, "use a small positive number such as 1e-9")
+        validate(self.weight_decay >= 0, "weight_decay", self.weight_decay, "use 0 (the paper's) or a small positive decay")
         validate(0.0 <= self.label_smoothing < 1.0, "label_smoothing", self.label_smoothing, "use a value in [0, 1)")
         validate(self.grad_clip is None or self.grad_clip > 0, "grad_clip", self.grad_clip, "use a positive norm or None")
         validate(self.accum_steps >= 1, "accum_steps", self.accum_steps, "use 1 or more")
