@@ -225,3 +225,23 @@ def test_a_checkpoint_with_non_finite_weights_loads_with_a_warning(saved, tmp_pa
     with caplog.at_level(logging.WARNING, logger="workbench.translation.checkpoint"):
         load_model(path)
     assert not caplog.records
+
+
+def test_averaging_refuses_checkpoints_of_other_models_and_an_input_as_output(tmp_path):
+    """The probe's finding: a relu and a gelu model were averaged into one labelled gelu, and average_last(out=...)
+    could write over one of the checkpoints it read."""
+    import workbench as wb
+    from workbench.translation.checkpoint import average_checkpoints, average_last, save_checkpoint
+    from workbench.translation.tokenizer import WordTokenizer
+
+    tok = WordTokenizer.train([("ein mann", "a man")])
+    for step, activation in ((1, "relu"), (2, "gelu")):
+        model = wb.build_model(wb.preset("tiny", activation=activation), tok.src_vocab_size, tok.tgt_vocab_size)
+        save_checkpoint(tmp_path / f"ckpt_step{step:07d}.pt", model, tok, step=step)
+    with pytest.raises(CheckpointError, match="another model configuration"):
+        average_checkpoints(sorted(tmp_path.glob("ckpt_step*.pt")))
+    first = tmp_path / "ckpt_step0000001.pt"
+    before = first.read_bytes()
+    with pytest.raises(CheckpointError, match="is one of the checkpoints averaged"):
+        average_last(tmp_path, last=2, out=first)
+    assert first.read_bytes() == before

@@ -192,3 +192,19 @@ def test_intervened_greedy_equals_greedy_decoding_under_the_same_ablation(setup)
         changed += got.out_ids != reference
     assert changed >= 2  # the continuation path (divergence, then cached steps) ran, not only the shortcut
     assert hooks_remaining(model) == 0
+
+
+def test_a_reference_cut_before_its_eos_is_decoded_to_the_end_and_the_mode_is_kept():
+    """The probe's finding: a reference without eos, matched token for token, came back as the truncated reference
+    with diverged_at None, and the model was left in eval mode."""
+    import workbench as wb
+    from workbench.translation.decode import greedy_decode
+
+    model, tok, _ = wb.pretrained("small-de-en")
+    src = tok.encode_src(["Ein kleiner Junge spielt im Park ."])[0]
+    full = [t for t in greedy_decode(model.eval(), torch.tensor([src]), bos_id=tok.bos_id, eos_id=tok.eos_id)[0].tolist()
+            if t != tok.pad_id]
+    model.train()
+    outcome = wb.intervened_greedy(model, src, full[:4], heads=[], bos_id=tok.bos_id, eos_id=tok.eos_id)
+    assert outcome.out_ids == full and outcome.out_ids[-1] == tok.eos_id
+    assert model.training

@@ -161,3 +161,14 @@ def test_word_tokenizer_same_interface(tmp_path):
     assert tokenizer_from_json(tok.to_json()).encode_src([src]) == tok.encode_src([src])
     small = WordTokenizer.train([("a a a b", "c")], vocab_size=5)
     assert small.itos == ["<pad>", "<unk>", "<bos>", "<eos>", "a"]
+
+
+def test_typed_special_tokens_stay_text_in_the_word_tokenizer_too():
+    """The probe's finding: a typed <pad> became the padding id (masked out), a typed <eos> ended the sentence."""
+    from workbench.translation.tokenizer import WordTokenizer
+
+    tok = WordTokenizer.train([("a b c", "x y z")])
+    ids = tok.encode_src(["a <pad> b <eos> c <bos>"])[0]
+    assert ids[:-1] == [tok.encode_src(["a"])[0][0], tok.unk_id, ids[2], tok.unk_id, ids[4], tok.unk_id]
+    assert ids[-1] == tok.eos_id and tok.pad_id not in ids and tok.bos_id not in ids
+    assert tok.decode_tgt(tok.encode_tgt(["x <eos> y z"])) == ["x y z"]  # nothing after the typed <eos> is lost

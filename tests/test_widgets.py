@@ -38,6 +38,18 @@ def test_inspector_updates_figures_in_place(translator):
     assert insp.last_update_ms > 0
 
 
+def test_the_grid_of_all_heads_follows_a_new_sentence(translator):
+    """The probe's finding: after another sentence, the grid kept the first sentence's tick labels and size."""
+    model, tok = translator
+    insp = AttentionInspector(model, tok, sentence="ein mann")
+    insp.head.value = -1
+    insp.text.value = "ein mann fährt fahrrad"
+    q, k = insp.inspection.axes(insp.kind.value)
+    shown = [t.replace("&lt;", "<").replace("&gt;", ">") for t in insp.grid.layout.xaxis.ticktext]
+    assert shown == list(k)
+    assert np.asarray(insp.grid.data[0].z).shape == (len(q), len(k))
+
+
 def test_inspector_reports_bad_input_without_raising(translator):
     model, tok = translator
     insp = AttentionInspector(model, tok, sentence="ein mann")

@@ -272,7 +272,19 @@ def intervened_greedy(
         src_ids: source ids (eos included); reference_ids: a translation (y1 .. eos), e.g. the original one.
         heads, mode, means: as in :func:`ablate_heads`; no heads gives the unmodified model.
         max_extra: output budget beyond the source length, as in greedy decoding.
+
+    The model runs in eval mode and is left in the mode it was in.
     """
+    was_training = model.training
+    try:
+        return _intervened_greedy(model, src_ids, reference_ids, heads, mode, means, bos_id, eos_id, max_extra, capture)
+    finally:
+        model.train(was_training)
+
+
+def _intervened_greedy(model: nn.Module, src_ids: Sequence[int], reference_ids: Sequence[int],
+                       heads: Iterable[tuple[str, int, int | None]], mode: str, means: Mapping[BlockKey, Tensor] | None,
+                       bos_id: int, eos_id: int, max_extra: int, capture: bool) -> InterventionOutcome:
     model.eval()
     device = next(model.parameters()).device
     ref = [int(i) for i in reference_ids]
@@ -296,7 +308,7 @@ def intervened_greedy(
                 break
             if choice == eos_id:
                 break
-        if diverged is not None and out[-1] != eos_id:
+        if out[-1] != eos_id:  # left the reference, or followed a reference that ends before its eos
             out = _continue_greedy(model, src, out, bos_id, eos_id, limit)
     return InterventionOutcome(heads=ablated, out_ids=out, reference_logprob=reference_logprob,
                                cache=cache if capture else None, diverged_at=diverged)

@@ -178,8 +178,13 @@ def _average(paths: Sequence[str | Path]) -> tuple[dict[str, torch.Tensor], dict
         raise CheckpointError("no checkpoints to average: train for a few epochs first")
     total: dict[str, torch.Tensor] = {}
     state: dict[str, Any] = {}
+    first: dict[str, Any] = {}
     for p in paths:
         state = load_checkpoint(p)
+        first = first or state
+        for key, what in (("model_cfg", "model configuration"), ("arch", "architecture"), ("tokenizer", "tokenizer")):
+            if state.get(key) != first.get(key):
+                raise CheckpointError(f"{p} has another {what} than {paths[0]}: average checkpoints of one run only")
         sd = state["model"]
         if total and set(sd) != set(total):
             raise CheckpointError(f"{p} has other tensors than the first checkpoint: average checkpoints of one run only")
@@ -210,11 +215,13 @@ def average_last(run_dir: str | Path, last: int = 5, out: str | Path | None = No
     paths = step_checkpoints(run_dir)[-last:]
     if not paths:
         raise CheckpointError(f"no ckpt_stepNNNNNNN.pt files in {run_dir}: train with --out {run_dir} first")
+    out = Path(out) if out is not None else run_dir / "averaged.pt"
+    if any(out.resolve() == p.resolve() for p in paths):
+        raise CheckpointError(f"{out} is one of the checkpoints averaged: write the average to another file")
     averaged, state = _average(paths)  # state: the newest checkpoint, read once
     state["model"] = averaged
     state["optimizer"] = state["scheduler"] = None
     state["extra"] = {**state.get("extra", {}), "averaged": [p.name for p in paths]}
-    out = Path(out) if out is not None else run_dir / "averaged.pt"
     try:
         atomic_write(out, lambda f: torch.save(state, f))
     except (OSError, RuntimeError) as exc:

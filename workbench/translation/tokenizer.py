@@ -294,11 +294,16 @@ class WordTokenizer(_Vocab):
             words = sorted(words, key=lambda w: (-counts[w], w))[: vocab_size - len(SPECIALS)]
         return cls(sorted(words))
 
+    def _id(self, word: str) -> int:
+        # a typed "<pad>", "<eos>"... is text, not the control token: it is an unknown word (a <pad> in a sentence
+        # would be masked out, an <eos> would end its decoding)
+        return UNK if word in SPECIALS else self.stoi.get(word, UNK)
+
     def _encode(self, texts: Sequence[str], side: str) -> list[list[int]]:
-        return [[self.stoi.get(w, UNK) for w in text.split()] for text in check_texts(texts)]
+        return [[self._id(w) for w in text.split()] for text in check_texts(texts)]
 
     def _tokens(self, text: str, side: str) -> list[str]:
-        return [w if w in self.stoi else "<unk>" for w in check_texts([text])[0].split()]
+        return [self.itos[self._id(w)] for w in check_texts([text])[0].split()]
 
     def normalize(self, text: str, side: str = "tgt") -> str:
         """Words joined by single spaces: what ``decode(encode(text))`` returns when every word is known."""

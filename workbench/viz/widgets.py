@@ -91,6 +91,7 @@ class AttentionInspector:
         self.generation_traces: dict[str, Any] = {}
         self.single.data[0].on_click(self._on_click)
         self._drawn = {"single": False, "grid": False}  # placeholders until the first real figure
+        self._grid_axes: tuple | None = None  # the (queries, keys, heads) the grid was drawn for
 
         self.button.on_click(lambda _: self.translate())
         self.text.observe(lambda _: self.translate(), names="value")
@@ -198,9 +199,11 @@ class AttentionInspector:
             self.figure_box.children = [self.single]
         else:
             hover = figures._hover(q, k)
-            if not self._drawn["grid"]:
+            axes = (tuple(q), tuple(k), weights.shape[0])
+            if not self._drawn["grid"] or axes != self._grid_axes:  # other tokens: new tick labels and sizes
                 title = f"{self.kind.label}, layer {layer}, all heads"
                 self._replace_placeholder("grid", go.FigureWidget(figures.head_grid(weights[None], q, k, title=title)))
+                self._grid_axes = axes
             with self.grid.batch_update():
                 for h, trace in enumerate(self.grid.data):
                     trace.z, trace.customdata = weights[h], hover
