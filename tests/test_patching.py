@@ -281,3 +281,25 @@ def test_weights_fingerprint_follows_in_place_changes(minimal_pair):
     assert changed != before
     model.load_state_dict(saved)
     assert weights_fingerprint(model) == before
+
+
+def test_patched_greedy_with_a_batched_cache_at_a_decoder_site(monkeypatch):
+    """The probe's finding: once one sentence of the batch finished, greedy decoding dropped its row and the cache of
+    the batch no longer matched (a PatchingError naming batch sizes). Self-patching must give the plain translation."""
+    import workbench as wb
+    import workbench.translation.decode as decode
+    from workbench.translation.decode import greedy_decode
+
+    monkeypatch.setattr(decode, "_fewer_rows_alike", lambda *_: True)  # the CPU drops every finished row
+
+    model, tok, _ = wb.pretrained("small-de-en")
+    ids = tok.encode_src(["Ein Hund .", "Ein Mann fährt Fahrrad auf einer Straße in der Stadt .", "Zwei Kinder spielen .",
+                          "Eine Frau liest ein Buch im Park und trinkt Kaffee .", "Ein Mann .",
+                          "Leute stehen vor einem Gebäude ."])
+    width = max(map(len, ids))
+    src = torch.tensor([row + [tok.pad_id] * (width - len(row)) for row in ids])
+    plain = greedy_decode(model, src, bos_id=tok.bos_id, eos_id=tok.eos_id)
+    tgt_in = torch.cat([torch.full((len(ids), 1), tok.bos_id), plain[:, :-1]], dim=1)
+    cache = wb.cache_activations(model, src, tgt_in)
+    patched = wb.patched_greedy(model, src, cache, ["dec.0.resid"], bos_id=tok.bos_id, eos_id=tok.eos_id)
+    assert tok.decode_tgt(patched) == tok.decode_tgt(plain)

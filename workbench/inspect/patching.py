@@ -436,6 +436,8 @@ def patched_greedy(model: nn.Module, src: Tensor, cache: ActivationCache | None 
 
     if cache is None:
         return greedy_decode(model, src, use_cache=use_cache, **kwargs)
+    if src.shape[0] > 1:  # keep every row to the end: row i of the cache patches sentence i at every step (on a
+        kwargs.setdefault("on_step", lambda *_: None)  # CPU a finished sentence would otherwise leave the batch)
     with patch(model, cache, sites, allow_other_model=allow_other_model):
         return greedy_decode(model, src, use_cache=use_cache, **kwargs)
 
