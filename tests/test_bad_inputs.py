@@ -221,6 +221,18 @@ def _c_float_mask(tmp_path, mp):
     model.encode(src, src_mask=model.src_mask(src).float())
 
 
+@case("a shipped model on a CUDA device this machine lacks", wb.ConfigError, r"device 'cuda:0' asked for but CUDA is not available")
+def _c_cuda(tmp_path, mp):
+    mp.setattr(torch.cuda, "is_available", lambda: False)
+    wb.pretrained("small-de-en", device="cuda:0")
+
+
+@case("integrated gradients with 0 steps", wb.AttributionError, r"n_steps=0: integrated gradients needs 1 or more steps")
+def _c_ig_steps(tmp_path, mp):
+    model = _model()
+    wb.attribute(model, [4, 5, 3], [2, 4], n_steps=0)
+
+
 @case("a BPE vocabulary of 10^9 entries", wb.ConfigError, r"vocab_size=1000000000 is larger than any BPE vocabulary needs")
 def _c_vocab(tmp_path, mp):
     from workbench.translation.tokenizer import SubwordTokenizer

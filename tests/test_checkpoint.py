@@ -245,3 +245,12 @@ def test_averaging_refuses_checkpoints_of_other_models_and_an_input_as_output(tm
     with pytest.raises(CheckpointError, match="is one of the checkpoints averaged"):
         average_last(tmp_path, last=2, out=first)
     assert first.read_bytes() == before
+
+
+def test_a_users_file_named_like_a_snapshot_is_not_one(tmp_path):
+    """The probe's finding: a ckpt_stepbest.pt beside the snapshots made step_checkpoints raise IndexError."""
+    from workbench.translation.checkpoint import step_checkpoints
+
+    for name in ("ckpt_step0000010.pt", "ckpt_stepbest.pt", "ckpt_step0000002.pt", "ckpt_step2b.pt"):
+        (tmp_path / name).write_text("x")
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["ckpt_step0000002.pt", "ckpt_step0000010.pt"]

@@ -174,6 +174,10 @@ def attribute(
 
     if method not in METHODS:
         raise AttributionError(f"unknown attribution method {method!r}: choose from {METHODS}")
+    if method == "integrated_gradients" and not (isinstance(n_steps, int) and not isinstance(n_steps, bool)
+                                                 and n_steps >= 1):
+        raise AttributionError(f"n_steps={n_steps!r}: integrated gradients needs 1 or more steps (32 to 128 is usual; "
+                               "check the completeness error)")
     if not hasattr(model, "src_embed") or not hasattr(model.src_embed, "positional"):
         raise AttributionError(f"{type(model).__name__} has no src_embed.positional: attribution needs a workbench Transformer")
     src, tgt_in = _as_row(src, "src"), _as_row(tgt_in, "tgt_in")

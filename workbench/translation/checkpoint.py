@@ -203,8 +203,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
     """The run's numbered checkpoints (``ckpt_stepNNNNNNN.pt``), oldest first."""
-    files = Path(run_dir).glob("ckpt_step*.pt")
-    return sorted(files, key=lambda p: int(re.findall(r"\d+", p.stem)[-1]))
+    files = [p for p in Path(run_dir).glob("ckpt_step*.pt") if re.fullmatch(r"ckpt_step\d+\.pt", p.name)]
+    return sorted(files, key=lambda p: int(p.stem.removeprefix("ckpt_step")))  # a user's ckpt_stepbest.pt is not one
 
 
 def average_last(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> Path:

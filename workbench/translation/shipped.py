@@ -145,6 +145,9 @@ def pretrained(name: str = "small-de-en", device: str | torch.device = "cpu",
     if root is None and "/" in name and name not in list_pretrained():
         raise PretrainedError(f"{name!r} is a Hugging Face name, not a shipped model: open it with "
                               "workbench.pretrained (it converts Marian models; the 'hf' extra)")
+    from workbench.runtime import resolve_device
+
+    device = resolve_device(device)  # a device this machine lacks: one clear line, before any file is read
     card = verify_pretrained(name, root)
     model, tokenizer = load_folder(model_dir(name, root), device=device)
     return model, tokenizer, card
