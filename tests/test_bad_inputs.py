@@ -233,6 +233,37 @@ def _c_ig_steps(tmp_path, mp):
     wb.attribute(model, [4, 5, 3], [2, 4], n_steps=0)
 
 
+@case("a stored tokenizer whose version is a string", wb.CheckpointError, r"has version '2', not a whole number")
+def _c_tok_version(tmp_path, mp):
+    import json
+
+    from workbench.translation.tokenizer import tokenizer_from_json
+
+    tokenizer_from_json(json.dumps({"kind": "word", "version": "2", "itos": ["<pad>", "<unk>", "<bos>", "<eos>"]}))
+
+
+@case("a tokenizer loaded from a folder", wb.CheckpointError, r"is a folder: give the tokenizer's file")
+def _c_tok_folder(tmp_path, mp):
+    from workbench.translation.tokenizer import SubwordTokenizer
+
+    SubwordTokenizer.load(tmp_path)
+
+
+@case("a checkpoint loaded from a folder", wb.CheckpointError, r"is a folder: give a checkpoint file in it")
+def _c_ckpt_folder(tmp_path, mp):
+    from workbench.translation.checkpoint import load_model
+
+    load_model(tmp_path)
+
+
+@case("a damaged tuned lens", wb.CheckpointError, r"is not a readable tuned lens .*truncated or damaged")
+def _c_lens(tmp_path, mp):
+    from workbench.inspect.lens import LENS_FILE, TunedLens
+
+    (tmp_path / LENS_FILE).write_bytes(b"not safetensors" * 4)
+    TunedLens.load(tmp_path)
+
+
 @case("a BPE vocabulary of 10^9 entries", wb.ConfigError, r"vocab_size=1000000000 is larger than any BPE vocabulary needs")
 def _c_vocab(tmp_path, mp):
     from workbench.translation.tokenizer import SubwordTokenizer

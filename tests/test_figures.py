@@ -399,3 +399,13 @@ def test_vector_export(ext, magic, tmp_path):
     path = figures.to_image(figures.attention_heatmap(softmax(4, 4), TGT[:4], SRC[:4], title="export"),
                             tmp_path / f"f.{ext}")
     assert path.read_bytes().startswith(magic)
+
+
+def test_markdown_table_keeps_its_rows_whatever_the_cells_hold():
+    """The probe's finding: a "|" or a line break in a cell broke the table."""
+    from workbench.viz.figures import markdown_table
+
+    text = markdown_table([{"a|b": "x|y", "c": "one\ntwo", "d": 1.23456}])
+    lines = text.splitlines()
+    assert len(lines) == 3 and all(line.count(" | ") - line.count("\\| ") == 2 for line in lines[::2])
+    assert "x\\|y" in lines[2] and "one<br>two" in lines[2] and "1.235" in lines[2]

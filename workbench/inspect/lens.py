@@ -281,9 +281,13 @@ class TunedLens(nn.Module):
         path = Path(folder) / LENS_FILE
         if not path.is_file():
             raise CheckpointError(f"no tuned lens at {path}: train one with train_tuned_lens and save it there")
-        with safe_open(str(path), framework="pt") as fh:
-            meta = json.loads((fh.metadata() or {}).get("workbench", "{}"))
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                meta = json.loads((fh.metadata() or {}).get("workbench", "{}"))
+                tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+        except Exception as exc:  # safetensors' own error type, or JSON's, on a damaged file
+            raise CheckpointError(f"{path} is not a readable tuned lens ({type(exc).__name__}: {str(exc)[:120]}): it "
+                                  "is truncated or damaged; train the lens again and save it") from exc
         if set(tensors) != {"weight", "bias"} or "d_model" not in meta:
             raise CheckpointError(f"{path} is not a workbench tuned lens (it holds {sorted(tensors)})")
         lens = cls(int(meta["d_model"]), int(meta["n_layers"]), meta.get("record"))

@@ -108,6 +108,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist: pass a file written by 'workbench train'")
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder: give a checkpoint file in it (averaged.pt, best.pt or last.pt), or "
+                              "open a run folder or a shipped model's folder with workbench.translation.shipped.load_any()")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:

@@ -111,9 +111,14 @@ class _Vocab:
     def load(cls, path: str | Path) -> SubwordTokenizer | WordTokenizer:
         """Read a file written by :meth:`save` (either kind of tokenizer)."""
         path = Path(path)
+        if path.is_dir():
+            raise CheckpointError(f"{path} is a folder: give the tokenizer's file (tokenizer.json in a model folder)")
         if not path.is_file():
             raise CheckpointError(f"tokenizer file {path} does not exist: check the path")
-        return tokenizer_from_json(path.read_text(encoding="utf-8"))
+        try:
+            return tokenizer_from_json(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise CheckpointError(f"{path} is not text ({exc.reason}): give a file written by .save()") from exc
 
     @classmethod
     def from_json(cls, text: str) -> SubwordTokenizer | WordTokenizer:
@@ -355,7 +360,11 @@ def tokenizer_from_json(text: str) -> SubwordTokenizer | WordTokenizer:
             "the stored text is not a workbench tokenizer (no 'kind': 'subword' or 'word'): "
             "pass the output of SubwordTokenizer.to_json() or WordTokenizer.to_json()"
         )
-    if data.get("version", VERSION) > VERSION:
+    version = data.get("version", VERSION)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CheckpointError(f"the stored tokenizer has version {version!r}, not a whole number: it was not written by "
+                              "to_json(); save it again with .save()")
+    if version > VERSION:
         raise CheckpointError(
             f"tokenizer format version {data['version']} is newer than this workbench ({VERSION}): upgrade the package"
         )

@@ -730,10 +730,11 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     """A Markdown table of dict rows (floats with 4 significant digits), for ``IPython.display.Markdown``."""
     columns = list(columns or (rows[0].keys() if rows else []))
 
-    def fmt(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    def fmt(v: Any) -> str:  # a "|" or a line break inside a cell would break the table's row
+        text = f"{v:.4g}" if isinstance(v, float) else str(v)
+        return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(fmt(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
