@@ -246,6 +246,11 @@ def distance_root_of_l1(table):
     return (table[:, None] - table[None]).abs().sum(-1).sqrt()
 
 
+def distance_epsilon_under_the_root(table):
+    """sqrt(d² + 1e-5) "to avoid NaN": 0.003 where the distance is 0."""
+    return (((table[:, None] - table[None]) ** 2).sum(-1) + 1e-5).sqrt()
+
+
 # -- 05 -------------------------------------------------------------------------------------------------------------
 def padding_greater_than(tokens, pad_id):
     return tokens > pad_id
@@ -1148,6 +1153,17 @@ def greedy_ties_to_the_last(next_logits, bos_id, eos_id, max_len):
     return out[1:]
 
 
+def greedy_in_half_precision(next_logits, bos_id, eos_id, max_len):
+    """The argmax of a float16 softmax: a lead of 0.001 at logits near 8 is rounded away."""
+    out = [bos_id]
+    for t in range(max_len):
+        nxt = eos_id if t + 1 == max_len else int(torch.softmax(next_logits(out).half(), -1).argmax())
+        out.append(nxt)
+        if nxt == eos_id:
+            break
+    return out[1:]
+
+
 def ln_variance_by_cancellation(x, gamma, beta, eps):
     mean = x.mean(-1, keepdim=True)
     var = (x * x).mean(-1, keepdim=True) - mean * mean
@@ -1195,13 +1211,15 @@ WRONG = {
     "03.multi_head_attention": [mha_2d_masks_only, mha_queries_as_keys, mha_torch, mha_detached_output_projection,
                                 mha_no_max_taken_off],
     "04.sinusoidal_table": [table_float64, table_even_widths_only, table_base_1000, table_from_the_package_module],
-    "04.distance_matrix": [distance_centres_in_place, distance_float32, distance_root_of_l1],
+    "04.distance_matrix": [distance_centres_in_place, distance_float32, distance_root_of_l1,
+                           distance_epsilon_under_the_root],
     "05.padding_mask": [padding_greater_than, padding_uint8, padding_in_place, padding_from_lengths,
                          padding_from_the_first_pad_on],
     "05.causal_mask": [causal_transposed, causal_fixed_size, causal_strict, causal_memorised_up_to_16],
     "05.attend_with_cache": [cache_keys_transposed, cache_values_are_keys, cache_detached_history, cache_torch_sdpa,
                               cache_no_max_taken_off],
-    "05.greedy_loop": [greedy_last_token_only, greedy_without_bos, greedy_budget_counts_bos, greedy_ties_to_the_last],
+    "05.greedy_loop": [greedy_last_token_only, greedy_without_bos, greedy_budget_counts_bos, greedy_ties_to_the_last,
+                       greedy_in_half_precision],
     "06.layer_norm": [ln_centres_in_place, ln_torch, ln_no_eps, ln_detached_mean, ln_variance_by_cancellation],
     "06.post_ln": [post_ln_normalised_input, post_ln_detached_sublayer, post_ln_plain_layer_norm],
     "06.pre_ln": [pre_ln_norm_after_sublayer, pre_ln_in_place, pre_ln_float32],

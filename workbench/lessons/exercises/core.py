@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from workbench.lessons.exercises.calling import (
     PackageAnswerCalled,
@@ -109,6 +110,7 @@ class Exercise:
     driver: Callable[..., Any] | None = None  # driver(fn, *args) runs fn (e.g. step by step); None: fn(*args)
     atol: float = 1e-5
     rtol: float = 1e-4
+    atol_float64: float | None = None  # a tighter atol for float64 outputs, where atol excuses float32 rounding
     draw: Callable[[random.Random], Case] | None = None  # one random input (shapes, sizes, dtypes) from a generator
     differentiable: bool = False  # gradients w.r.t. the floating-point inputs must flow and equal the reference's
     package: tuple[str, ...] = ()  # dotted names of the package's answer, unavailable while the student's fn runs
@@ -390,7 +392,8 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws:
     for c, g, w in zip(cases, gots, wants, strict=True):
         g_out, g_fill = _split(ex, g)
         w_out, w_fill = _split(ex, w)
-        d = difference(g_out, w_out, ex.atol, ex.rtol)
+        tight = ex.atol_float64 is not None and isinstance(w_out, Tensor) and w_out.dtype == torch.float64
+        d = difference(g_out, w_out, ex.atol_float64 if tight else ex.atol, ex.rtol)
         if d:
             value_problems.append((c, d, g_out, w_out))
         if ex.fills:

@@ -241,7 +241,21 @@ def _loop_cases() -> list[Case]:
             Case("eos first", (_bigram(9, [2, 3], 3), 2, 3, 5)),
             Case("a model that reads the whole prefix", (PrefixModel(30, 7, 3, 6), 2, 3, 12)),
             Case("a model that reads the whole prefix, bos 1, eos 0", (PrefixModel(25, 8, 0, 4), 1, 0, 9)),
-            Case("ties: two tokens share the top score (argmax takes the first)", (_tied([2, 5, 7, 3]), 2, 3, 10))]
+            Case("ties: two tokens share the top score (argmax takes the first)", (_tied([2, 5, 7, 3]), 2, 3, 10)),
+            Case("near-ties: the best token leads by 0.001 (lost in float16 or bfloat16)",
+                 (_near_tie([2, 6, 9, 5, 3]), 2, 3, 10))]
+
+
+def _near_tie(chain: list[int]) -> BigramModel:
+    """A bigram table in which each step's best token beats the id just below it by 0.001 only: in float32 the
+    argmax is exact, while a half-precision copy (float16 steps of 1/128 at 8) rounds both to one value."""
+    table = torch.zeros(12, 12)
+    table[:, 3] = -10.0
+    for a, b in zip(chain, chain[1:], strict=False):
+        table[a, b] = 8.001
+        if b != 3 and b - 1 != 3:
+            table[a, b - 1] = 8.0
+    return BigramModel(table)
 
 
 def _tied(chain: list[int]) -> BigramModel:
