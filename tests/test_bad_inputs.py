@@ -783,3 +783,85 @@ def test_translate_refuses_what_is_not_text_or_swapped_arguments():
     with pytest.raises(InputTextError, match="pass the model first, then its tokenizer"):
         translate(tok, model, ["Ein Hund."])
     assert translate(model, tok, ["", "   "]) == ["", ""]  # empty text stays allowed
+
+
+# -- ids, output budgets, invisible text, reused captures, empty sources -------------------------------------------
+@pytest.mark.parametrize("side", ["src", "tgt"])
+@pytest.mark.parametrize("bad", [-1, 10_000])
+def test_token_ids_outside_the_vocabulary_are_named(side, bad):
+    """An id the embedding has no row for (another tokenizer's, a negative one) is named in one line."""
+    m = _model()
+    src, tgt = torch.tensor([[4, 5, 3]]), torch.tensor([[2, 4, 5]])
+    if side == "src":
+        src[0, 1] = bad
+    else:
+        tgt[0, 1] = bad
+    vocab = TOK.src_vocab_size if side == "src" else TOK.tgt_vocab_size
+    with pytest.raises(wb.errors.InputTextError, match=rf"token id\(s\) {bad} outside this vocabulary of {vocab}"):
+        m(src, tgt)
+
+
+@pytest.mark.parametrize("shape", [(2, 0), (0, 3)])
+def test_empty_id_tensors_are_refused(shape):
+    m = _model()
+    empty = torch.zeros(shape, dtype=torch.long)
+    with pytest.raises(wb.errors.InputTextError, match="hold no token"):
+        m.encode(empty)
+    with pytest.raises(wb.errors.InputTextError, match="hold no token"):
+        m(torch.tensor([[4, 3]]), torch.zeros((1, 0), dtype=torch.long))
+
+
+@pytest.mark.parametrize("max_len", [0, -3, 2.5, True, "10"])
+def test_an_invalid_fixed_output_budget_is_refused(max_len):
+    from workbench.translation.decode import greedy_decode
+
+    m, src = _model(), torch.tensor([[4, 5, 3]])
+    for decode in (greedy_decode, lambda *a, **k: beam_search(*a, beam=2, **k)):
+        with pytest.raises(wb.errors.DecodingError, match="max_len="):
+            decode(m, src, max_len=max_len)
+    assert greedy_decode(m, src, max_len=1).shape == (1, 1)  # one token (eos) is a budget
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\u200b\u200c\ufeff", " \u2060 \u00ad "])
+def test_a_sentence_of_invisible_characters_is_empty(text):
+    """Zero-width spaces, joiners, a byte-order mark: nothing to translate, as for whitespace."""
+    from workbench.translation.tokenizer import SubwordTokenizer
+
+    tok = SubwordTokenizer.train([("ein Mann fährt Fahrrad", "a man rides a bike")] * 20, vocab_size=60)
+    m = wb.build_model(wb.preset("tiny", max_len=16), tok.src_vocab_size, tok.tgt_vocab_size).eval()
+    assert translate(m, tok, [text, "ein Mann"])[0] == ""
+    assert tok.normalize(text, "src") == "" and tok.tokens_src(text) == ["<eos>"]
+    # inside a sentence they are dropped, not encoded as unknown tokens
+    assert tok.encode_src(["ein\u200b Mann\ufeff"]) == tok.encode_src(["ein Mann"])
+    assert TOK.encode_src(["ein\u200b mann"]) == TOK.encode_src(["ein mann"])
+
+
+def test_a_capture_object_can_be_entered_again():
+    from workbench.inspect.capture import capture_attention, hooks_remaining
+
+    m = _model()
+    src, tgt = torch.tensor([[4, 5, 3]]), torch.tensor([[2, 4, 5]])
+    capture = capture_attention(m, kinds="dec.cross")
+    with torch.no_grad(), capture as first:
+        m(src, tgt)
+    with torch.no_grad(), capture as second:
+        m(src[:, :2], tgt)
+    assert second is not first and hooks_remaining(m) == 0
+    assert first["dec.cross", 0].shape[-1] == 3 and second["dec.cross", 0].shape[-1] == 2
+
+
+def test_decoder_rollout_of_a_source_that_is_all_padding():
+    """A sentence whose every source position is padding attends to no source: its rows draw wholly on the target
+    (they used to lose half their mass at every decoder layer)."""
+    from workbench.inspect.capture import capture_attention
+    from workbench.inspect.flow import rollout_from_cache
+
+    m = _model()
+    src = torch.tensor([[4, 5, 3], [m.pad_id] * 3])
+    with torch.no_grad(), capture_attention(m) as cache:
+        m(src, torch.tensor([[2, 4, 5], [2, 5, 4]]))
+    for row in (0, 1):
+        r = rollout_from_cache(cache, row)
+        assert torch.allclose(r.source.sum(-1) + r.target.sum(-1), torch.ones(3, dtype=torch.float64), atol=1e-6)
+    assert float(rollout_from_cache(cache, 1).source_share().abs().max()) == 0.0
+    assert float(rollout_from_cache(cache, 0).source_share().min()) > 0.5

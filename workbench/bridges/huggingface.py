@@ -36,7 +36,7 @@ from workbench.errors import BridgeError, InputTextError
 from workbench.model.config import ModelConfig
 from workbench.model.transformer import Transformer, build_model
 from workbench.translation.files import MANIFEST, verify_manifest, write_manifest
-from workbench.translation.tokenizer import check_texts
+from workbench.translation.tokenizer import check_texts, visible_text
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class MarianTokenizerAdapter:
 
     def normalize(self, text: str, side: str = "tgt") -> str:
         """Words joined by single spaces (sentencepiece's own normalisation is not undone by decoding)."""
-        return " ".join(text.split())
+        return " ".join(visible_text(text).split())
 
     def to_json(self) -> str:
         raise BridgeError("a Hugging Face tokenizer is not stored as workbench JSON: keep it with "

@@ -84,7 +84,24 @@ def _resolve_layers(layers: Sequence[int] | int | None, n: int) -> set[int]:
     return out
 
 
-@contextlib.contextmanager
+class _Reusable(contextlib.AbstractContextManager):
+    """A context manager that can be entered again: every ``with`` runs a fresh generator (so a capture object kept
+    in a variable records anew each time, into a new cache), where a plain ``@contextmanager`` object fails."""
+
+    def __init__(self, make: Any) -> None:
+        self._make = make
+        self._open: list[Any] = []  # the generators entered and not yet left (nested use)
+
+    def __enter__(self) -> Any:
+        cm = contextlib.contextmanager(self._make)()
+        value = cm.__enter__()
+        self._open.append(cm)
+        return value
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._open.pop().__exit__(*exc)
+
+
 def capture_attention(
     model: nn.Module,
     kinds: str | Iterable[str] | None = None,
@@ -92,7 +109,7 @@ def capture_attention(
     scores: bool = False,
     qkv: bool = False,
     resid: bool = False,
-) -> Iterator[AttentionCache]:
+) -> contextlib.AbstractContextManager[AttentionCache]:
     """Record attention weights (and optionally scores, Q/K/V, residual stream) while the block runs.
 
     Args:
@@ -110,7 +127,14 @@ def capture_attention(
 
     Raises:
         SiteNameError: an unknown kind, or one this model does not have (the message lists the valid ones).
+
+    The returned object may be entered again (``with capture:`` twice): each time records into a new cache.
     """
+    return _Reusable(lambda: _capture(model, kinds, layers, scores, qkv, resid))
+
+
+def _capture(model: nn.Module, kinds: str | Iterable[str] | None, layers: Sequence[int] | int | None, scores: bool,
+             qkv: bool, resid: bool) -> Iterator[AttentionCache]:
     if isinstance(kinds, str):  # one kind, not its letters
         kinds = [kinds]
     blocks = list(sites(model))

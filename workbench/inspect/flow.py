@@ -19,6 +19,7 @@ its residual. Keep two matrices per decoder layer, ``D`` (T, T): shares of the d
 
     self-attention:   D <- Â_self D,                X <- Â_self X           (Â_self = renorm(0.5 A_self + 0.5 I))
     cross-attention:  D <- 0.5 D,                   X <- 0.5 X + 0.5 A_cross R_enc
+    (a cross-attention row that attended to nothing, fully masked, leaves D and X as they were)
 
 so that every row of ``[X | D]`` sums to 1; ``X[t, j]`` is how much output position ``t`` (which predicts
 output token ``t``) draws on source token ``j``. Feed-forward sub-layers act per position and mix nothing; layer
@@ -151,7 +152,10 @@ def decoder_rollout(enc_self: Sequence[Tensor] | Tensor, dec_self: Sequence[Tens
     for a_self, a_cross in zip(selfs, crosses, strict=True):
         m = residual_attention(a_self, average_heads=False)  # (..., T, T)
         D, X = m @ D, m @ X
-        D, X = 0.5 * D, 0.5 * X + 0.5 * (a_cross @ r_enc)  # (..., T, T), (..., T, S)
+        # a query that attended to no source key (a fully masked row: zeros) adds nothing, so the residual keeps
+        # the whole position, as residual_attention does for self-attention
+        keep = 1.0 - 0.5 * a_cross.sum(-1, keepdim=True).clamp(0.0, 1.0)  # (..., T, 1): 0.5, or 1 for such a row
+        D, X = keep * D, keep * X + 0.5 * (a_cross @ r_enc)  # (..., T, T), (..., T, S)
     return DecoderRollout(source=X, target=D, encoder=r_enc)
 
 

@@ -156,12 +156,24 @@ class DecoderCache:
 
 
 def _check_ids(tokens: Tensor) -> None:
-    """Refuse anything but a (batch, length) integer tensor, in one line. A static check (no host sync): the ids'
-    values are the embedding's to check."""
+    """Refuse anything but a non-empty (batch, length) integer tensor, in one line. A static check (no host sync):
+    the ids' values are checked by :meth:`Embedding.forward` only when the lookup fails."""
     if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int32):
         got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
         raise InputTextError(f"token ids must be a (batch, length) tensor of integers, got {got}: encode text with "
                              "the tokenizer (one row per sentence; add a batch axis with ids[None])")
+    if tokens.numel() == 0:
+        raise InputTextError(f"token ids of shape {tuple(tokens.shape)} hold no token: every row needs at least one "
+                             "(the tokenizer ends each sentence with eos; the decoder starts from bos)")
+
+
+def _out_of_range(tokens: Tensor, vocab_size: int) -> InputTextError:
+    """The error for ids outside 0..vocab_size-1 (built only once the embedding lookup has failed)."""
+    bad = tokens[(tokens < 0) | (tokens >= vocab_size)]
+    shown = ", ".join(str(int(i)) for i in bad.unique()[:5].tolist())
+    return InputTextError(f"token id(s) {shown} outside this vocabulary of {vocab_size} (ids 0..{vocab_size - 1}): "
+                          "encode the text with this model's own tokenizer (the source and target sides may have "
+                          "vocabularies of different sizes)")
 
 
 class Embedding(nn.Module):
@@ -183,7 +195,11 @@ class Embedding(nn.Module):
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Shapes: (B, T) ids -> (B, T, d_model)."""
         _check_ids(tokens)
-        x = self.positional(self.tokens(tokens) * self.scale, offset=offset)  # (B, T, d_model)
+        try:
+            e = self.tokens(tokens)  # (B, T, d_model)
+        except IndexError as error:  # CPU lookups raise here; a CUDA one fails in a device assert instead
+            raise _out_of_range(tokens, self.tokens.num_embeddings) from error
+        x = self.positional(e * self.scale, offset=offset)  # (B, T, d_model)
         if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             # CPU bf16: the whole residual stream in bf16 (LayerNorm keeps its input's dtype there), not fp32 with
             # a cast before every matrix product; CUDA autocast keeps its own policy

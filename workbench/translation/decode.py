@@ -43,6 +43,7 @@ from workbench.translation.decode_steps import (  # noqa: F401 (DecodeConfig, Se
     top_per_row,
 )
 from workbench.translation.kernels import attention_kernels
+from workbench.translation.tokenizer import visible_text
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +405,7 @@ def decoding_precision(model: Seq2Seq, tokenizer: Any, sentences: Sequence[str],
         return precision
     check_precision(precision)  # before the probe is built: a bool or a misspelt name fails at once
     device = _model_device(model, device)
-    sample = [s for s in sentences[:64] if s is not None and s.strip()]
+    sample = [s for s in sentences[:64] if s is not None and visible_text(s).strip()]
     ids = sorted((i for i in tokenizer.encode_src(sample) if len(i) <= model.cfg.max_len), key=len)[-16:]
     probe = None
     if ids:
@@ -440,9 +441,8 @@ def translate(
 ) -> list[str]:
     """Translate sentences (detokenized text in, detokenized text out), in length-sorted batches.
 
-    Empty or whitespace-only sentences translate to ``""`` without running the model. A sentence longer than the
-    model's ``max_len`` (in subword tokens) raises :class:`InputTextError` naming it; characters never seen in
-    training become the unknown token and are translated as such.
+    Empty sentences (only whitespace or invisible format characters) translate to ``""`` without the model; one of
+    more than ``max_len`` subword tokens raises :class:`InputTextError`; unseen characters become ``<unk>``.
 
     Args:
         beam: 1 for greedy search, else beam search with length penalty ``alpha``.
@@ -459,7 +459,7 @@ def translate(
     sentences = _check_translate_args(model, tokenizer, sentences, beam, alpha, batch_size, max_tokens)
     device = _model_device(model, device)
     results = [""] * len(sentences)
-    todo = [i for i, s in enumerate(sentences) if s is not None and s.strip()]
+    todo = [i for i, s in enumerate(sentences) if s is not None and visible_text(s).strip()]
     encoded = dict(zip(todo, tokenizer.encode_src([sentences[i] for i in todo]), strict=True))
     too_long = [(i, len(ids)) for i, ids in encoded.items() if len(ids) > model.cfg.max_len]
     if too_long:

@@ -69,6 +69,9 @@ def _step_limits(model: Seq2Seq, src: Tensor, max_extra: int, max_len: int | Non
     if max_len is None and (not isinstance(max_extra, int) or isinstance(max_extra, bool) or max_extra < 0):
         raise DecodingError(f"max_extra={max_extra!r} is invalid: use a whole number of tokens >= 0 allowed beyond "
                             "the source length (the paper uses 50)")
+    if max_len is not None and (not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1):
+        raise DecodingError(f"max_len={max_len!r} is invalid: use a whole number of output tokens >= 1 (eos "
+                            "included), or None for the source length + max_extra")
     src_len = (src != model.pad_id).sum(-1)  # (B,)
     limits = src_len + max_extra if max_len is None else torch.full_like(src_len, max_len)
     cap = model.cfg.max_len - 1  # the bos token takes position 0

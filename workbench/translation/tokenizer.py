@@ -22,6 +22,7 @@ characters, never as the control id.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -41,15 +42,27 @@ VERSION = 1
 MAX_VOCAB_SIZE = 1_000_000
 
 
+# Unicode's invisible format characters (category Cf) that text copied from the web carries: soft hyphen, zero-width
+# space and (non-)joiners, direction marks and embeddings, word joiner, invisible operators, byte-order mark
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
+
+
+def visible_text(text: str) -> str:
+    """``text`` without invisible format characters (a zero-width space is not a word: it would encode as
+    ``<unk>``, and a sentence of nothing else is empty)."""
+    return _INVISIBLE.sub("", text)
+
+
 def check_texts(texts: Sequence[str]) -> list[str]:
-    """``texts`` as a list of strings; one string or a non-string item is refused with an :class:`InputTextError`."""
+    """``texts`` as a list of strings, invisible format characters removed (:func:`visible_text`); one string or a
+    non-string item is refused with an :class:`InputTextError`."""
     if isinstance(texts, str):
         raise InputTextError(f"pass a list of sentences, not one string: wrap it in a list, e.g. [{texts[:30]!r}]")
     texts = list(texts)
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise InputTextError(f"sentence {i} is a {type(t).__name__} ({t!r:.40}), not a str: pass text")
-    return texts
+    return [visible_text(t) for t in texts]
 
 
 def _rows(ids_batch: Any) -> list[list[int]]:
@@ -227,7 +240,7 @@ class SubwordTokenizer(_Vocab):
     def normalize(self, text: str, side: str = "tgt") -> str:
         """The text as the tokenizer sees it (NFKC, single spaces, trimmed): what ``decode(encode(text))`` returns
         when every character was seen in training."""
-        normalizer = self._side(side).normalizer
+        text, normalizer = visible_text(text), self._side(side).normalizer
         return normalizer.normalize_str(text) if normalizer is not None else text
 
     def decode_tgt(self, ids_batch: Sequence[Sequence[int]]) -> list[str]:
@@ -312,7 +325,7 @@ class WordTokenizer(_Vocab):
 
     def normalize(self, text: str, side: str = "tgt") -> str:
         """Words joined by single spaces: what ``decode(encode(text))`` returns when every word is known."""
-        return " ".join(text.split())
+        return " ".join(visible_text(text).split())
 
     def decode_tgt(self, ids_batch: Sequence[Sequence[int]]) -> list[str]:
         """Words of each row joined by spaces: stops at the first eos and drops special tokens.

@@ -215,8 +215,12 @@ function decodeText(tok, ids) {
   return text.split(/\s+/).filter(Boolean).join(" ");
 }
 
+// invisible format characters, removed before tokenizing as workbench.translation.tokenizer.visible_text does
+const INVISIBLE = /[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]/g;
+
 export async function translate(m, text, { beam = 1, alpha = m.info.alpha, off = [] } = {}) {
   const start = performance.now();
+  text = text.replace(INVISIBLE, "");
   if (!text.trim()) return { text: "", ids: [], srcIds: [], srcPieces: [], tgtPieces: [], weights: [], ms: 0 };
   const enc = m.src.encode(text, { add_special_tokens: false });
   const srcIds = [...enc.ids, m.info.eos_id];
