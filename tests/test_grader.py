@@ -549,3 +549,47 @@ def test_masters_with_renamed_functions_and_a_failed_exercise_grade_as_the_lesso
     assert set(master.values()) == {"passed"}, master
     half = statuses(book, "half")
     assert half["02.attention_weights"] == "failed" and half["02.attention"] == "passed", half
+
+
+def _killing(real, kill_when):
+    """A stand-in for grader._work that, where ``kill_when(job exercises)``, acts as a worker the kernel killed before
+    it sent anything (with the exit status and message that `unshare --kill-child` gives then)."""
+    calls: list[list[str]] = []
+
+    def work(job, folder, opts, hide, seconds, channel, watch=None):
+        calls.append(list(job["exercises"]))
+        if kill_when(job["exercises"], len(calls)):
+            os.close(channel.write_fd)
+            return sandbox.RunResult(1, False, 0.1, "unshare: sigprocmask unblock failed: Invalid argument"), opts.limits
+        return real(job, folder, opts, hide, seconds, channel, watch)
+
+    return work, calls
+
+
+def test_a_worker_killed_from_outside_once_costs_no_grade(tmp_path, monkeypatch):
+    student(tmp_path / "ann", solutions())
+    work, calls = _killing(grader._work, lambda todo, n: n == 1)
+    monkeypatch.setattr(grader, "_work", work)
+    book = grader.grade_class(tmp_path / "ann", grader.GradeOptions(time_limit=5))
+    assert set(statuses(book, "ann").values()) == {"passed"}, hints(book, "ann")
+    assert calls[0] == calls[1] == IDS  # the same exercises again, in a fresh worker
+
+
+def test_an_exercise_whose_worker_is_killed_twice_is_blamed_alone(tmp_path, monkeypatch):
+    student(tmp_path / "ann", solutions())
+    work, calls = _killing(grader._work, lambda todo, n: todo[0] == IDS[0])
+    monkeypatch.setattr(grader, "_work", work)
+    book = grader.grade_class(tmp_path / "ann", grader.GradeOptions(time_limit=5))
+    got = statuses(book, "ann")
+    assert got[IDS[0]] == "failed" and all(got[i] == "passed" for i in IDS[1:]), got
+    assert "was killed (memory, CPU or process limit), twice" in hints(book, "ann")[IDS[0]]
+    assert calls == [IDS, IDS, IDS[1:]]
+
+
+def test_run_result_reads_a_kill_through_unshare():
+    limits = sandbox.Limits()
+    assert sandbox.RunResult(-9, False, 1.0, "").killed
+    masked = sandbox.RunResult(1, False, 1.0, "x\nunshare: sigprocmask unblock failed: Invalid argument\n")
+    assert masked.killed and masked.reason(limits) == "was killed (memory, CPU or process limit)"
+    plain_exit = sandbox.RunResult(1, False, 1.0, "Traceback ...\nValueError: no")
+    assert not plain_exit.killed and plain_exit.reason(limits) == "exit status 1: ValueError: no"

@@ -166,6 +166,7 @@ def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], 
     reasons: dict[str, str] = {}
     errors: list[str] = []
     todo = list(ids)
+    retried: set[str] = set()  # exercises whose worker was killed once: each gets one more, fresh worker
     deadline = time.monotonic() + opts.timeout
     while todo:
         left = deadline - time.monotonic()
@@ -195,8 +196,12 @@ def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], 
                 reasons[exercise_id] = f"its observations could not be read as plain data ({type(exc).__name__})"
             done = k + 1
         shutil.rmtree(folder, ignore_errors=True)
-        if done < len(todo):
-            why = result.reason(limits)
+        if done < len(todo) and result.killed and todo[done] not in retried:
+            # a kill can come from outside the student's code (the machine's out-of-memory killer): once more, then
+            # the exercise is blamed
+            retried.add(todo[done])
+        elif done < len(todo):
+            why = result.reason(limits) + (", twice" if todo[done] in retried else "")
             reasons[todo[done]] = f"the grader's worker {why}" + ("" if result.stopped_by else " while this exercise ran")
             done += 1
         todo = todo[done:]

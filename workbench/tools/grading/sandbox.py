@@ -116,10 +116,19 @@ class RunResult:
     output: str  # the last lines of its stdout and stderr together
     stopped_by: str | None = None  # the reason the caller's watch gave for stopping it
 
+    @property
+    def killed(self) -> bool:
+        """Ended by SIGKILL: a limit, or the kernel's out-of-memory killer. ``unshare --kill-child`` before util-linux
+        2.40 reports its child's SIGKILL as exit status 1 and "sigprocmask unblock failed" (util-linux#2614)."""
+        return self.returncode == -signal.SIGKILL or (self.returncode == 1
+                                                      and "sigprocmask unblock failed" in self.output)
+
     def reason(self, limits: Limits) -> str:
         """One line: why it stopped (or "exit status 0")."""
         if self.stopped_by:
             return self.stopped_by
+        if self.killed and not self.timed_out:
+            return "was killed (memory, CPU or process limit)"
         if self.timed_out:
             return f"ran past the time-out of {limits.wall_seconds:.0f} s and was stopped"
         code = self.returncode
