@@ -778,7 +778,7 @@ def test_translate_refuses_what_is_not_text_or_swapped_arguments():
     from workbench.errors import InputTextError
 
     model, tok, _ = wb.pretrained("small-de-en")
-    with pytest.raises(InputTextError, match="sentence 1 is a NoneType, not a string"):
+    with pytest.raises(InputTextError, match=r"sentence 2 \(index 1\) is a NoneType, not a string"):
         translate(model, tok, ["Ein Hund.", None])
     with pytest.raises(InputTextError, match="pass the model first, then its tokenizer"):
         translate(tok, model, ["Ein Hund."])
@@ -865,3 +865,11 @@ def test_decoder_rollout_of_a_source_that_is_all_padding():
         assert torch.allclose(r.source.sum(-1) + r.target.sum(-1), torch.ones(3, dtype=torch.float64), atol=1e-6)
     assert float(rollout_from_cache(cache, 1).source_share().abs().max()) == 0.0
     assert float(rollout_from_cache(cache, 0).source_share().min()) > 0.5
+
+
+def test_a_sentence_too_long_is_named_by_its_line_and_its_index():
+    """The command line reads one sentence a line (line 1 first), the API takes a list (index 0 first): the message
+    gives both, so neither reader is off by one."""
+    m = _model()  # max_len 16
+    with pytest.raises(wb.errors.InputTextError, match=r"sentence 3 \(index 2\) is \d+ subword tokens long"):
+        translate(m, TOK, ["ein mann", "", " ".join(["mann"] * 40)])

@@ -465,7 +465,7 @@ def translate(
     if too_long:
         i, n = too_long[0]
         raise InputTextError(
-            f"sentence {i} is {n} subword tokens long, more than the model's max_len={model.cfg.max_len} "
+            f"sentence {i + 1} (index {i}) is {n} subword tokens long, more than the model's max_len={model.cfg.max_len} "
             f"({len(too_long)} such sentence(s)): split it into shorter sentences"
         )
     order = sorted(todo, key=lambda i: len(encoded[i]))

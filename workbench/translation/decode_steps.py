@@ -254,7 +254,7 @@ def _check_translate_args(model: Any, tokenizer: Any, sentences: Any, beam: Any,
     not_text = [i for i, s in enumerate(sentences) if not isinstance(s, str)]
     if not_text:
         i = not_text[0]
-        raise InputTextError(f"sentence {i} is a {type(sentences[i]).__name__}, not a string ({len(not_text)} such "
+        raise InputTextError(f"sentence {i + 1} (index {i}) is a {type(sentences[i]).__name__}, not a string ({len(not_text)} such "
                              "entries): pass text only (an empty string translates to an empty string)")
     _check_beam(beam)
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:

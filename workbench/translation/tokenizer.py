@@ -61,7 +61,7 @@ def check_texts(texts: Sequence[str]) -> list[str]:
     texts = list(texts)
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise InputTextError(f"sentence {i} is a {type(t).__name__} ({t!r:.40}), not a str: pass text")
+            raise InputTextError(f"sentence {i + 1} (index {i}) is a {type(t).__name__} ({t!r:.40}), not a str: pass text")
     return [visible_text(t) for t in texts]
 
 
