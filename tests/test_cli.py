@@ -344,3 +344,32 @@ def test_evaluate_in_a_folder_it_cannot_write_still_scores(tmp_path, capsys, mon
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "sacreBLEU" in out and "were not written" in out
+
+
+def test_pretrained_reproduce_refuses_in_its_own_words_and_passes_data_dir_and_resume(tmp_path, monkeypatch, capsys):
+    import workbench.tools.cli.main as cli
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(cli, "main", lambda argv: seen.append(list(argv)) or 1)  # the inner `train`, not run here
+    out = tmp_path / "rep"
+    (out / "run").mkdir(parents=True)
+    (out / "run" / "last.pt").write_bytes(b"a run's checkpoint")
+    assert main(["pretrained", "reproduce", "gru-de-en", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench pretrained: error:") and "--resume" in err and "--overwrite" not in err, err
+    assert (out / "run" / "last.pt").read_bytes() == b"a run's checkpoint" and not seen
+    data = tmp_path / "data"
+    data.mkdir()
+    main(["pretrained", "reproduce", "gru-de-en", "--out", str(out), "--resume", "--data-dir", str(data)])
+    assert seen[-1][0] == "train" and seen[-1][seen[-1].index("--out") + 1] == str(out / "run")
+    assert seen[-1][seen[-1].index("--data-dir") + 1] == str(data) and "--resume" in seen[-1]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["pretrained", "reproduce", "gru-de-en", "--out", str(blocker / "sub")]) == 2
+    assert "workbench pretrained: error: --out" in capsys.readouterr().err and len(seen) == 1
+
+
+def test_book_slides_without_reports_suggests_what_slides_can_do(tmp_path, capsys):
+    assert main(["book", "slides", "--from-reports", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"workbench notebooks run --out {tmp_path}" in err and "drop --from-reports" not in err, err

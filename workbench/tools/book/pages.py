@@ -77,7 +77,7 @@ def pages_from_reports(reports: str | Path, only: str | Sequence[str] | None = N
     if not found:
         raise BookError(
             f"no executed notebooks (NN_name/NN_name.ipynb) in {folder}: run `workbench notebooks run --out {folder}` "
-            "first, or drop --from-reports to let `book build` run them"
+            "first"
         )
     try:
         found = select_notebooks(found, only)

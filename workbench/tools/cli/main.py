@@ -246,13 +246,21 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
     if args.action == "reproduce":
         import shlex
 
+        from workbench.translation.run_folder import RunFolderError, check_writable_folder, holds_run
         card = shipped.read_card(args.name)
-        out = Path(args.out)
+        out = check_writable_folder(args.out)  # refused here, in this command's words, not by the train it runs
+        if holds_run(out / "run") and not args.resume:
+            raise RunFolderError(f"--out {out} already holds a reproduction's run ({out / 'run'}): pass --resume to "
+                                 "continue it, or choose another --out")
         threads = card["training"].get("threads")
         argv = shlex.split(card["reproduce"]["train"])
         argv = argv[argv.index("train"):]  # drop the program name and environment prefixes
         if "--out" in argv:
             argv[argv.index("--out") + 1] = str(out / "run")
+        if args.data_dir:  # the run trains on the data it is scored on
+            argv += ["--data-dir", str(args.data_dir)]
+        if args.resume and holds_run(out / "run"):
+            argv += ["--resume"]
         if "--precision" not in argv:  # a card without the setting was trained in fp32 (before --precision existed)
             argv += ["--precision", (card.get("train_config") or {}).get("precision", "fp32")]
         from workbench.runtime import cpu_threads
@@ -378,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("reproduce", help="train and build a shipped model again from its card's recipe")
     q.add_argument("name")
     q.add_argument("--out", required=True, help="folder for the run and the rebuilt model")
-    q.add_argument("--data-dir", default=None)
+    q.add_argument("--data-dir", default=None, help="Multi30k folder to train and score on (default: as `train`)")
+    q.add_argument("--resume", action="store_true", help="continue an interrupted reproduction in --out")
     q.set_defaults(func=cmd_pretrained)
     q = psub.add_parser("rescore", help="choose a shipped model's beam-4 length penalty on val, re-score its card")
     q.add_argument("name")
