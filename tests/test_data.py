@@ -118,21 +118,39 @@ def test_repeated_loads_hash_each_file_once(multi30k_dir, tmp_path, monkeypatch)
 
 
 # -- checksums ---------------------------------------------------------------------------------------------------
-def test_checksum_mismatch_keeps_file_aside_and_names_it(multi30k_dir, tmp_path):
-    _copy(multi30k_dir, tmp_path, "val.de.gz", "val.en.gz")
-    _gz(tmp_path / "val.de.gz", ["tampered"] * 1014)
-    actual = hashlib.sha256((tmp_path / "val.de.gz").read_bytes()).hexdigest()
+def test_checksum_mismatch_in_the_own_cache_moves_the_file_aside_and_names_it(multi30k_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv(wd.ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # platformdirs' user cache on Linux
+    cache = wd.resolve_data_dir()
+    assert cache == tmp_path / "cache" / "attention-workbench" / "multi30k"
+    cache.mkdir(parents=True)
+    _copy(multi30k_dir, cache, "val.de.gz", "val.en.gz")
+    _gz(cache / "val.de.gz", ["tampered"] * 1014)
+    actual = hashlib.sha256((cache / "val.de.gz").read_bytes()).hexdigest()
     with pytest.raises(ChecksumError, match="val.de.gz") as info:
-        load_multi30k("val", data_dir=tmp_path, download=False)
+        load_multi30k("val", download=False)
     msg = str(info.value)
     assert checksums()["val.de.gz"] in msg and actual in msg  # expected and actual hash
     assert "moved aside" in msg and "Fix:" in msg and wd.BASE_URL in msg
-    assert (tmp_path / "val.de.gz.corrupt").exists() and not (tmp_path / "val.de.gz").exists()
+    assert (cache / "val.de.gz.corrupt").exists() and not (cache / "val.de.gz").exists()
     # a second bad copy does not overwrite the first one
-    _gz(tmp_path / "val.de.gz", ["tampered again"] * 1014)
+    _gz(cache / "val.de.gz", ["tampered again"] * 1014)
     with pytest.raises(ChecksumError, match=r"val\.de\.gz\.corrupt\.1"):
-        load_multi30k("val", data_dir=tmp_path, download=False)
-    assert (tmp_path / "val.de.gz.corrupt").exists() and (tmp_path / "val.de.gz.corrupt.1").exists()
+        load_multi30k("val", download=False)
+    assert (cache / "val.de.gz.corrupt").exists() and (cache / "val.de.gz.corrupt.1").exists()
+
+
+@pytest.mark.parametrize("how", ["data_dir", "env"])
+def test_checksum_mismatch_in_a_folder_the_user_chose_leaves_the_file_there(multi30k_dir, tmp_path, monkeypatch, how):
+    _copy(multi30k_dir, tmp_path, "val.de.gz", "val.en.gz")
+    _gz(tmp_path / "val.de.gz", ["tampered"] * 1014)
+    before = (tmp_path / "val.de.gz").read_bytes()
+    monkeypatch.setenv(wd.ENV_VAR, str(tmp_path))
+    with pytest.raises(ChecksumError, match="val.de.gz") as info:
+        load_multi30k("val", data_dir=tmp_path if how == "data_dir" else None, download=False)
+    msg = str(info.value)
+    assert "left as it is" in msg and "moved aside" not in msg and "Fix:" in msg and checksums()["val.de.gz"] in msg
+    assert (tmp_path / "val.de.gz").read_bytes() == before and not list(tmp_path.glob("*.corrupt*"))
 
 
 def test_corrupt_download_is_kept_aside_and_never_takes_the_name(fake_server, tmp_path):

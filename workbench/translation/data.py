@@ -2,7 +2,8 @@
 
 Multi30k is read from a local folder (``data_dir=`` or ``$WORKBENCH_MULTI30K``) or downloaded from the dataset's
 public repository into a per-user cache. Every file is checked against the SHA-256 kept in the package
-(``multi30k_sha256.json``); a file that does not match is moved aside to ``NAME.corrupt``, never deleted.
+(``multi30k_sha256.json``); a file that does not match is moved aside to ``NAME.corrupt`` (never deleted) in the
+workbench's own download cache, and left in place in a folder the user chose.
 The splits the package holds no checksum for (the 2017 and 2018 test sets) are used unchecked, with a warning.
 
 No torchtext: the files are gzipped plain text, one sentence a line, aligned across languages.
@@ -110,14 +111,27 @@ def _aside_path(path: Path) -> Path:
     return aside
 
 
-def _checksum_error(path: Path, shown_as: Path, expected: str, actual: str) -> ChecksumError:
-    """Move the bad file aside (never delete it) and build the error that says so and how to fix it."""
-    aside = _aside_path(shown_as)
+def _own_folder(folder: Path) -> bool:
+    """True for the workbench's own download cache, the one folder whose files it may move: a folder the user chose
+    (``data_dir``, ``$WORKBENCH_MULTI30K``) is only ever read."""
     try:
-        os.replace(path, aside)
-        where = f"The bad copy was moved aside to {aside} (not deleted)."
-    except OSError as exc:
-        where = f"It could not be moved aside ({exc}): the folder is read-only, so replace the file by hand."
+        return folder.resolve() == (Path(user_cache_dir(APP_NAME)) / "multi30k").resolve()
+    except OSError:
+        return False
+
+
+def _checksum_error(path: Path, shown_as: Path, expected: str, actual: str, move: bool = True) -> ChecksumError:
+    """Move the bad file aside where ``move`` (never delete it) and build the error that says what happened to it and
+    how to fix it."""
+    if not move:
+        where = "It was left as it is: the folder is yours, so replace the file with an intact copy."
+    else:
+        aside = _aside_path(shown_as)
+        try:
+            os.replace(path, aside)
+            where = f"The bad copy was moved aside to {aside} (not deleted)."
+        except OSError as exc:
+            where = f"It could not be moved aside ({exc}): the folder is read-only, so replace the file by hand."
     return ChecksumError(
         f"{shown_as} does not match its published SHA-256: expected {expected}, got {actual}. {where} "
         f"Fix: download a fresh copy from {BASE_URL}{shown_as.name} into {shown_as.parent} "
@@ -137,7 +151,9 @@ def verify_file(path: str | Path) -> None:
     Files without a packaged checksum (the 2017/2018 test sets) pass with a logged warning.
 
     Raises:
-        ChecksumError: the hash differs; the file has been moved aside to ``NAME.corrupt`` (never deleted).
+        ChecksumError: the hash differs. In the workbench's own download cache the file has been moved aside to
+            ``NAME.corrupt`` (never deleted), so the next load downloads it again; in a folder the user chose it is
+            left in place.
     """
     path = Path(path)
     expected = checksums().get(path.name)
@@ -152,7 +168,7 @@ def verify_file(path: str | Path) -> None:
         return
     actual = sha256(path)
     if actual != expected:
-        raise _checksum_error(path, path, expected, actual)
+        raise _checksum_error(path, path, expected, actual, move=_own_folder(path.parent))
     _VERIFIED.add(key)
 
 
@@ -228,7 +244,8 @@ def download_multi30k(
     Raises:
         DataError: an unknown split or language; the network failed (the message lists every file still
             missing and where to put it); the folder cannot be written.
-        ChecksumError: a downloaded or present file does not match; it was moved aside to ``NAME.corrupt``.
+        ChecksumError: a downloaded or present file does not match: a download, or a file in the workbench's own
+            cache, is moved aside to ``NAME.corrupt``; a file the user put in ``cache_dir`` is left in place.
     """
     folder = resolve_data_dir(cache_dir)
     wanted: list[tuple[str, str]] = []
@@ -351,7 +368,8 @@ def load_multi30k(
 
     Raises:
         DataError: unknown split/language, missing files (offline), empty or misaligned files.
-        ChecksumError: a file does not match its packaged SHA-256 (it is moved aside to ``NAME.corrupt``).
+        ChecksumError: a file does not match its packaged SHA-256 (in the workbench's own cache it is moved aside to
+            ``NAME.corrupt``; in a folder the user chose it is left in place).
     """
     _check_split(split, (src, tgt))
     if src == tgt:
