@@ -136,7 +136,7 @@ def _checksum_error(path: Path, shown_as: Path, expected: str, actual: str, move
         f"{shown_as} does not match its published SHA-256: expected {expected}, got {actual}. {where} "
         f"Fix: download a fresh copy from {BASE_URL}{shown_as.name} into {shown_as.parent} "
         "(download_multi30k() or load_multi30k(..., download=True) does it for you), "
-        f"or point ${ENV_VAR} / data_dir= at a folder with intact files."
+        f"or point ${ENV_VAR} (or --data-dir, data_dir= in Python) at a folder with intact files."
     )
 
 
@@ -186,7 +186,8 @@ def _missing_message(paths: list[Path], folder: Path, reason: str) -> str:
     urls = ", ".join(BASE_URL + p.name for p in paths)
     return (
         f"Multi30k file(s) missing: {reason}. Fix: put these files at {files} (download them from {urls}), "
-        f"or set ${ENV_VAR} or data_dir= to a folder that already holds them. Folder now used: {folder}"
+        f"or set ${ENV_VAR} (or --data-dir, data_dir= in Python) to a folder that already holds them. Folder now "
+        f"used: {folder}"
     )
 
 
@@ -265,7 +266,7 @@ def download_multi30k(
     except OSError as exc:
         raise DataError(
             f"cannot create the Multi30k folder {folder} ({exc}): choose a writable folder with "
-            f"data_dir= / cache_dir= or ${ENV_VAR}"
+            f"--data-dir (data_dir= / cache_dir= in Python) or ${ENV_VAR}"
         ) from exc
     from tqdm.auto import tqdm
 
@@ -281,7 +282,7 @@ def download_multi30k(
         except OSError as exc:
             raise DataError(
                 f"could not write {p} ({exc}): make {folder} writable or choose another folder with "
-                f"data_dir= / cache_dir= or ${ENV_VAR}"
+                f"--data-dir (data_dir= / cache_dir= in Python) or ${ENV_VAR}"
             ) from exc
     return paths
 
