@@ -218,12 +218,12 @@ class SubwordTokenizer(_Vocab):
             raise ConfigError(f"min_frequency={min_frequency} must be at least 1")
         if joint:
             tok, trainer = cls._new(vocab_size, min_frequency)
-            tok.train_from_iterator((s for pair in pairs for s in pair), trainer=trainer)
+            tok.train_from_iterator((visible_text(s) for pair in pairs for s in pair), trainer=trainer)
             return cls(tok)
         src, t1 = cls._new(vocab_size, min_frequency)
-        src.train_from_iterator((p[0] for p in pairs), trainer=t1)
+        src.train_from_iterator((visible_text(p[0]) for p in pairs), trainer=t1)
         tgt, t2 = cls._new(vocab_size, min_frequency)
-        tgt.train_from_iterator((p[1] for p in pairs), trainer=t2)
+        tgt.train_from_iterator((visible_text(p[1]) for p in pairs), trainer=t2)
         return cls(src, tgt)
 
     # -- encoding / decoding -----------------------------------------------------------------------------------
@@ -303,8 +303,8 @@ class WordTokenizer(_Vocab):
         for i, p in enumerate(pairs):
             if not (isinstance(p, tuple | list) and len(p) == 2 and all(isinstance(s, str) for s in p)):
                 raise InputTextError(f"pair {i} is {p!r:.60}: pass (source, target) tuples of strings")
-            counts.update(p[0].split())
-            counts.update(p[1].split())
+            counts.update(visible_text(p[0]).split())
+            counts.update(visible_text(p[1]).split())
         words = [w for w, c in counts.items() if c >= min_frequency]
         if vocab_size is not None:
             if vocab_size <= len(SPECIALS):
