@@ -128,7 +128,7 @@ def test_trained_on_given_pairs_only(small_pairs):
 def test_bad_settings_and_files(subword_tokenizer, tmp_path):
     with pytest.raises(InputTextError, match="list"):
         subword_tokenizer.encode_src("Ein Mann")
-    with pytest.raises(InputTextError, match="sentence 1"):
+    with pytest.raises(InputTextError, match=r"sentence 2 \(index 1\)"):
         subword_tokenizer.encode_tgt(["ok", None])
     with pytest.raises(InputTextError, match="no sentences"):
         SubwordTokenizer.train([])
