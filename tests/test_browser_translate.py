@@ -24,8 +24,8 @@ TRANSLATE_ALL = """async (sentences) => {
   return out;
 }"""
 SRC_IDS = """(sentences) => sentences.map((s) => {
-  const m = window.wbTranslator.model;
-  return [...m.src.encode(s, {add_special_tokens: false}).ids, m.info.eos_id];
+  const t = window.wbTranslator;
+  return [...t.encode(s).ids, t.model.info.eos_id];
 })"""
 HEATMAP_Z = "() => { const gd = document.getElementById('wb-heatmap'); return gd && gd.data ? gd.data[0].z : null; }"
 
@@ -68,7 +68,8 @@ def test_page_translates_as_python(browser, page_dir, test_sentences, record_pro
 
             # tokenization: the page's ids are the workbench's, on the whole test split and on text that tests the
             # normaliser (NFKC, runs of whitespace), typed special tokens (text, not control ids) and unseen characters
-            odd = ["  Ein   Hund\tläuft  ", "Straße ﬁ Café ½ — «Zitat»", "<eos> und <unk> <pad>", "漢字 ünknöwn ☃", ""]
+            odd = ["  Ein   Hund\tläuft  ", "Straße ﬁ Café ½ — «Zitat»", "<eos> und <unk> <pad>", "漢字 ünknöwn ☃", "",
+                   "Ein\u200b Hund\ufeff läuft\u00ad", "\u200b\u2060"]  # invisible format characters dropped
             texts = test_sentences + odd
             assert page.evaluate(SRC_IDS, texts) == python.tokenizer.encode_src(texts)
 

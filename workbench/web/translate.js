@@ -218,11 +218,15 @@ function decodeText(tok, ids) {
 // invisible format characters, removed before tokenizing as workbench.translation.tokenizer.visible_text does
 const INVISIBLE = /[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]/g;
 
+// the workbench's encode_src without eos: the same ids for the same text
+export function encodeSource(m, text) {
+  return m.src.encode(text.replace(INVISIBLE, ""), { add_special_tokens: false });
+}
+
 export async function translate(m, text, { beam = 1, alpha = m.info.alpha, off = [] } = {}) {
   const start = performance.now();
-  text = text.replace(INVISIBLE, "");
-  if (!text.trim()) return { text: "", ids: [], srcIds: [], srcPieces: [], tgtPieces: [], weights: [], ms: 0 };
-  const enc = m.src.encode(text, { add_special_tokens: false });
+  if (!text.replace(INVISIBLE, "").trim()) return { text: "", ids: [], srcIds: [], srcPieces: [], tgtPieces: [], weights: [], ms: 0 };
+  const enc = encodeSource(m, text);
   const srcIds = [...enc.ids, m.info.eos_id];
   if (srcIds.length > m.info.max_len) throw new Error(`the sentence is ${srcIds.length} subword tokens long, more than the model's max_len=${m.info.max_len}: split it`);
   const r = beam === 1 ? await greedy(m, srcIds, off) : await beamSearch(m, srcIds, off, beam, alpha);
@@ -336,7 +340,8 @@ async function main() {
     document.querySelectorAll("#wb-heads input").forEach((el) => { el.checked = true; });
     run();
   });
-  window.wbTranslator = { model: m, translate: (text, opts) => translate(m, text, opts), timing };
+  window.wbTranslator = { model: m, translate: (text, opts) => translate(m, text, opts),
+                          encode: (text) => encodeSource(m, text), timing };
   await run();  // the example sentence, so the page opens with a translation and its attention
 }
 
