@@ -157,7 +157,7 @@ PREDICT_PEAKED_KIND: str | None = None  # "enc.self", "dec.self" or "dec.cross"
 # How spread out is a head? The entropy of one row of weights is $H = -\sum_j w_j \log w_j$ (nats; a weight of 0
 # adds nothing): 0 when the head looks at a single key, $\log T_k$ when it spreads evenly. Average it over the real
 # query rows of a batch, for each head: a row counts when `query_mask` marks its query as real (all rows when it is
-# `None`) and it attends to something.
+# `None`) and it attends to something. A head with no row that counts gets 0.
 #
 # Shapes: `weights` (B, H, Tq, Tk), `query_mask` (B, Tq) bool or `None` → (H,).
 
@@ -189,6 +189,7 @@ result
 # query rows that *have* such a key and attend to something. A query has the key when $0 \le i + \text{offset} < T$
 # (query 0 has no previous token: it is left out, not counted as 0; a padding key counts, with its weight of 0). A
 # row attends to something when its weights are not all 0 (a query whose every key was masked has a row of zeros).
+# A head with no row that counts scores 0.
 #
 # Shapes: `weights` (B, H, T, T), `offset` an int, `query_mask` (B, T) bool or `None` → (H,).
 

@@ -102,8 +102,9 @@ display(Markdown(figures.markdown_table([
 # the module's output. Write the hook factory for one site: `patch_hook(cached, position)` returns a function
 # `hook(module, inputs, output)` that gives back `output` with position `position` (along dimension 1) replaced by
 # `cached[:, position]`, the same site's activation from the other run, and every other position unchanged. Leave the
-# caller's `cached` as it is, and keep the result in the autograd graph (gradients flow to the module and to
-# `cached`).
+# caller's `cached` as it is, return a new tensor rather than writing into `output` (the module's backward pass may
+# need its output as it was, and another hook may hold it), and keep the result in the autograd graph (gradients flow
+# to the module and to `cached`).
 #
 # Shapes: `cached` (B, T, D), `position` an int; the hook: `output` (B, T, D) → (B, T, D).
 

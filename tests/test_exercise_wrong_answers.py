@@ -664,6 +664,53 @@ def path_rounded_log(kind, n, k=3, r=8, dilated=False):
     return -(-(n - 1) // (r // 2))
 
 
+def path_dilated_by_log10(kind, n, k=3, r=8, dilated=False):
+    """The float-log mistake written with log10: right at the powers of 3, 5 and 10, wrong at 8**3 = 512."""
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional":
+        return math.ceil(math.log10(n) / math.log10(k)) if dilated else -(-(n - 1) // ((k - 1) // 2))
+    return -(-(n - 1) // (r // 2))
+
+
+def path_dilated_by_rounded_log(kind, n, k=3, r=8, dilated=False):
+    """The float log rounded to 6 digits first: right at every exact power, wrong just past a large one."""
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional":
+        return math.ceil(round(math.log(n, k), 6)) if dilated else -(-(n - 1) // ((k - 1) // 2))
+    return -(-(n - 1) // (r // 2))
+
+
+def hook_writes_into_output(cached, position):
+    """Overwrites the module's own output: a backward that needs that output (tanh) breaks."""
+    def hook(module, inputs, output):
+        output[:, position] = cached[:, position]
+        return output
+
+    return hook
+
+
+def hook_writes_into_output_returns_none(cached, position):
+    def hook(module, inputs, output):
+        output[:, position] = cached[:, position]
+
+    return hook
+
+
+def entropy_no_guard_for_empty_heads(weights, query_mask=None):
+    """Divides by the number of counted rows without a floor: NaN for a head with none."""
+    ent = -torch.special.xlogy(weights, weights).sum(-1)
+    valid = weights.sum(-1) > 0
+    if query_mask is not None:
+        valid = valid & query_mask[:, None, :]
+    return (ent * valid).sum((0, 2)) / valid.sum((0, 2))
+
+
 def path_dilated_ignored(kind, n, k=3, r=8, dilated=False):
     if kind == "recurrent":
         return max(n, 1)
@@ -1235,16 +1282,18 @@ WRONG = {
     "09.ngram_matches": [ngrams_joined_keys, ngrams_last_dropped, ngrams_denominator_from_length, ngrams_sacrebleu,
                           ngrams_lower_cased],
     "09.brevity_penalty": [bp_no_guard, bp_empty_clamped, bp_integer_ratio],
-    "10.head_entropy": [entropy_zero_rows_counted, entropy_in_place, entropy_mean_of_sentence_means, entropy_float32, entropy_calls_package],
+    "10.head_entropy": [entropy_zero_rows_counted, entropy_in_place, entropy_mean_of_sentence_means, entropy_float32, entropy_calls_package,
+                        entropy_no_guard_for_empty_heads],
     "10.positional_score": [positional_zero_rows_counted, positional_unshifted_query_mask, positional_detached, positional_in_place,
                             positional_calls_package],
     "11.layer_macs": [macs_lstm, macs_kernel_three, macs_window_eight, macs_calls_package],
     "11.path_length": [path_half_kernel_in_floats, path_rounded_log, path_dilated_ignored, path_zero_for_one_position, path_calls_package,
-                        path_dilated_by_float_log],
+                        path_dilated_by_float_log, path_dilated_by_log10, path_dilated_by_rounded_log],
     "12.verdict": [verdict_margin_inclusive, verdict_strict_no_difference, verdict_calls_package],
     "12.paired_verdict": [pv_differences_in_place, pv_divided_by_n, pv_three_seeds, pv_calls_package],
     "13.integrated_gradients": [ig_in_place, ig_twenty_steps, ig_midpoint, ig_zero_baseline_assumed, ig_captum],
-    "14.patch_hook": [hook_fills_cached, hook_detached, hook_first_sentence, hook_counted_from_end],
+    "14.patch_hook": [hook_fills_cached, hook_detached, hook_first_sentence, hook_counted_from_end, hook_writes_into_output,
+                      hook_writes_into_output_returns_none],
     "16.rerank_finished": [rerank_in_place, rerank_cut, rerank_alpha_fixed, rerank_calls_package],
     "08.apply_merges": [merges_consumed, merges_marker_dropped, merges_sorted_alphabetically, merges_calls_package],
     "08.padding_stats": [padding_no_guard, padding_sorts_batches, padding_two_sides, padding_percent, padding_calls_package],

@@ -42,13 +42,16 @@ def _cases(offset: bool) -> list[Case]:
     w5[1, 1:, 0] = 0.0
     w6 = w3.clone()
     w6[0, 0, 1] = 0.0
+    w7 = w1.clone()
+    w7[:, 1] = 0.0  # a head none of whose rows attends to anything: no row counts, its score is 0
     extra = (-1,) if offset else ()
     return [Case("ragged batch of 2, 4 heads", (w1, *extra, m1)),
             Case("causal, float64, 3 sentences", (w2, *extra, m2)),
             Case("batch 1, no query mask", (w3, *extra, None)),
             Case("length 1, float64", (w4, *extra, m4)),
             Case("real queries that attend to nothing (rows of zeros)", (w5, *extra, m1)),
-            Case("a row of zeros, no query mask", (w6, *extra, None))]
+            Case("a row of zeros, no query mask", (w6, *extra, None)),
+            Case("a head with no row that counts", (w7, *extra, m1))]
 
 
 def _draw(offset: bool):

@@ -72,7 +72,14 @@ def _path_cases() -> list[Case]:
                                                            (3, 243), (3, 244), (10, 1000), (10, 1001))]
     even_odd = [(kind, n, k, r, False) for kind in ("convolutional", "restricted") for n in (2, 9, 10, 33)
                 for k, r in ((4, 5), (6, 3), (4, 3))]  # an even kernel and an odd window: the floors show
+    # exact powers where a logarithm in floating point (log, log10, log2 or their ratios) lands just above the
+    # integer, and one past a large power, where a logarithm rounded to a few digits lands on it
+    float_logs = [("convolutional", n, k, 8, True) for k, n in (
+        (3, 19683), (3, 59049), (3, 1594323), (5, 3125), (5, 15625), (5, 1953125), (6, 216), (6, 46656), (7, 16807),
+        (8, 512), (8, 262144), (8, 2097152), (9, 59049), (11, 1331), (11, 14641), (12, 248832), (10, 10**7 + 1),
+        (3, 3**15 + 1), (2, 2**24 + 1))]
     return [Case("every kind, n = 1, 2, 9, 10, 50", (rows,)), Case("dilated, n at exact powers of k", (powers,)),
+            Case("dilated, powers where floating-point logarithms round the wrong way", (float_logs,)),
             Case("even kernel widths and odd windows", (even_odd,))]
 
 

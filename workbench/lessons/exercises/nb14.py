@@ -41,12 +41,16 @@ def patched_run(fn, x: Tensor, layer: nn.Module, cached: Tensor, position: int) 
         handle.remove()
 
 
-def _case(name: str, B: int, T: int, D_in: int, D: int, position: int, seed: int, dtype=torch.float32) -> Case:
+def _case(name: str, B: int, T: int, D_in: int, D: int, position: int, seed: int, dtype=torch.float32,
+          tanh: bool = False) -> Case:
+    """A linear layer (or linear then tanh, whose backward reads the output it returned: a hook that writes into
+    that output breaks the gradient) on random inputs, and a random cached activation."""
     g = torch.Generator().manual_seed(seed)
-    layer = nn.Linear(D_in, D).to(dtype)
+    linear = nn.Linear(D_in, D).to(dtype)
     with torch.no_grad():
-        for p in layer.parameters():
+        for p in linear.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype))
+    layer = nn.Sequential(linear, nn.Tanh()) if tanh else linear
     x = torch.randn(B, T, D_in, generator=g, dtype=torch.float64).to(dtype)
     cached = torch.randn(B, T, D, generator=g, dtype=torch.float64).to(dtype)
     return Case(name, (x, layer, cached, position))
@@ -56,13 +60,15 @@ def _cases() -> list[Case]:
     return [_case("batch 2, 5 positions, patch position 2", 2, 5, 4, 6, 2, 13),
             _case("float64, patch the first position", 3, 4, 3, 5, 0, 14, dtype=torch.float64),
             _case("patch the last position", 2, 6, 4, 4, 5, 15),
-            _case("batch 1, length 1", 1, 1, 2, 3, 0, 16, dtype=torch.float64)]
+            _case("batch 1, length 1", 1, 1, 2, 3, 0, 16, dtype=torch.float64),
+            _case("a tanh layer, whose backward needs its own output", 2, 5, 4, 6, 1, 17, tanh=True)]
 
 
 def _draw(rng) -> Case:
     B, T, D_in, D, dt = rng.randint(1, 4), rng.randint(1, 8), rng.randint(1, 6), rng.randint(1, 6), P.dtype(rng)
-    pos = rng.randrange(T)
-    return _case(f"B={B}, T={T}, D={D}, position {pos}, {dt}", B, T, D_in, D, pos, rng.randrange(2**31), dtype=dt)
+    pos, tanh = rng.randrange(T), rng.random() < 0.5
+    return _case(f"B={B}, T={T}, D={D}, position {pos}, {dt}{', tanh' if tanh else ''}", B, T, D_in, D, pos,
+                 rng.randrange(2**31), dtype=dt, tanh=tanh)
 
 
 def _wrong(select: Callable[[Tensor, int], Tensor], add: bool = False) -> Callable[[Tensor, int], Any]:
