@@ -254,3 +254,28 @@ def test_a_users_file_named_like_a_snapshot_is_not_one(tmp_path):
     for name in ("ckpt_step0000010.pt", "ckpt_stepbest.pt", "ckpt_step0000002.pt", "ckpt_step2b.pt"):
         (tmp_path / name).write_text("x")
     assert [p.name for p in step_checkpoints(tmp_path)] == ["ckpt_step0000002.pt", "ckpt_step0000010.pt"]
+
+
+def test_average_last_never_replaces_a_file_it_was_not_asked_to(saved, tmp_path):
+    """An explicit ``out`` that exists is replaced only with overwrite=True; a run's own checkpoint names never are
+    (an average written over last.pt made the run impossible to resume)."""
+    model, tok, _ = saved
+    run = tmp_path / "run"
+    for k in range(2):
+        save_checkpoint(run / f"ckpt_step{k * 10:07d}.pt", model, tok, step=k * 10)
+    save_checkpoint(run / "last.pt", model, tok, step=10)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my thesis draft")
+    last_before = (run / "last.pt").read_bytes()
+    with pytest.raises(CheckpointError, match="already exists.*overwrite=True"):
+        average_last(run, last=2, out=notes)
+    assert notes.read_text() == "my thesis draft"
+    for name in ("last.pt", "best.pt", "ckpt_step0000099.pt"):
+        with pytest.raises(CheckpointError, match="a run's own checkpoint name"):
+            average_last(run, last=2, out=run / name, overwrite=True)
+    assert (run / "last.pt").read_bytes() == last_before and not (run / "best.pt").exists()
+    for bad in (0, 2.5, "3", True):
+        with pytest.raises(CheckpointError, match="whole number"):
+            average_last(run, last=bad)
+    assert average_last(run, last=2, out=notes, overwrite=True) == notes  # asked: replaced
+    assert average_last(run, last=1) == average_last(run, last=2) == run / "averaged.pt"  # the default is replaced

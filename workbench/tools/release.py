@@ -253,7 +253,7 @@ def choose_weights_on_val(run_dir: str | Path, val: list[tuple[str, str]], avera
     n_snapshots = len(step_checkpoints(run))
     for k in sorted(set(average)):
         if 2 <= k <= n_snapshots:
-            candidates[f"average of the last {k} step snapshots"] = average_last(run, last=k, out=run / f"averaged{k}.pt")
+            candidates[f"average of the last {k} step snapshots"] = average_last(run, last=k, out=run / f"averaged{k}.pt", overwrite=True)
         else:
             log.info("not averaging the last %d snapshots: the run kept %d", k, n_snapshots)
     greedy: dict[str, float] = {}

@@ -210,17 +210,30 @@ def step_checkpoints(run_dir: str | Path) -> list[Path]:
     return sorted(files, key=lambda p: int(p.stem.removeprefix("ckpt_step")))  # a user's ckpt_stepbest.pt is not one
 
 
-def average_last(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> Path:
-    """Average the last ``last`` numbered checkpoints of a run into ``averaged.pt`` (paper: the last 5)."""
+def average_last(run_dir: str | Path, last: int = 5, out: str | Path | None = None, overwrite: bool = False) -> Path:
+    """Average the last ``last`` numbered checkpoints of a run into ``averaged.pt`` (paper: the last 5).
+
+    Args:
+        out: where to write it (default ``run_dir/averaged.pt``, replaced by each new average). A file given here
+            that already exists is replaced only with ``overwrite``; a run's own checkpoint names (``last.pt``,
+            ``best.pt``, ``ckpt_stepNNN.pt``) are always refused: resuming and evaluating read them.
+    """
     run_dir = Path(run_dir)
-    if last < 1:
-        raise CheckpointError(f"--last {last}: average at least 1 checkpoint")
+    if not isinstance(last, int) or isinstance(last, bool) or last < 1:
+        raise CheckpointError(f"--last {last!r}: average a whole number of checkpoints, at least 1")
     paths = step_checkpoints(run_dir)[-last:]
     if not paths:
         raise CheckpointError(f"no ckpt_stepNNNNNNN.pt files in {run_dir}: train with --out {run_dir} first")
-    out = Path(out) if out is not None else run_dir / "averaged.pt"
+    given = out is not None
+    out = Path(out) if given else run_dir / "averaged.pt"
     if any(out.resolve() == p.resolve() for p in paths):
         raise CheckpointError(f"{out} is one of the checkpoints averaged: write the average to another file")
+    if out.name in ("last.pt", "best.pt") or re.fullmatch(r"ckpt_step\d+\.pt", out.name):
+        raise CheckpointError(f"{out}: {out.name} is a run's own checkpoint name (resuming and evaluating read it, and "
+                              "an average has no optimizer state): write the average to another file, e.g. averaged.pt")
+    if given and out.exists() and not overwrite:
+        raise CheckpointError(f"{out} already exists: choose a new file name, or pass overwrite=True (--force) to "
+                              "replace it")
     averaged, state = _average(paths)  # state: the newest checkpoint, read once
     state["model"] = averaged
     state["optimizer"] = state["scheduler"] = None

@@ -293,7 +293,7 @@ def cmd_average(args: argparse.Namespace) -> int:
             raise CheckpointError(f"--out {target} already exists: choose a new file name, or pass --force to replace "
                                   "it")
         check_writable_folder(target.parent, "--out: the folder")
-    out = average_last(Path(args.run_dir), last=args.last, out=Path(args.out) if args.out else None)
+    out = average_last(Path(args.run_dir), last=args.last, out=Path(args.out) if args.out else None, overwrite=args.force)
     print(out)
     return 0
 
