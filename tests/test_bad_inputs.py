@@ -120,6 +120,13 @@ def _c5f(tmp_path, mp):
     RunConfig.from_flat(train_src="train.de", epochs=1)
 
 
+@case("own training files without validation files", wb.ConfigError, "val_src/val_tgt.*need validation files")
+def _c5g(tmp_path, mp):
+    from workbench.translation.run import RunConfig
+
+    RunConfig.from_flat(train_src="train.de", train_tgt="train.en", epochs=1)
+
+
 @case("misspelt run setting", wb.ConfigError, r"unknown run settings \['epoch'\]")
 def _c5g(tmp_path, mp):
     from workbench.translation.run import RunConfig
@@ -510,14 +517,15 @@ def _k13(tmp_path, mp, fr):
     return argv
 
 
-@cli_case("train --resume with another architecture", r"--resume: .*last.pt \(trained with --arch transformer\) "
-                                                       r"does not fit this model")
+@cli_case("train --resume with another architecture", r"--resume: the run in .* was started with arch 'transformer' "
+                                                       r"\(asked: 'rnn'\)")
 def _k14(tmp_path, mp, fr):
     run, data = _copy_run(fr, tmp_path)
     return _train_argv(run, data, "--resume", "--epochs", "2", "--arch", "rnn")
 
 
-@cli_case("train --resume with another model size", r"has shape .* the checkpoint was made with another config")
+@cli_case("train --resume with another model size", r"--resume: the run in .* was started with preset 'tiny' "
+                                                     r"\(asked: 'small'\)")
 def _k15(tmp_path, mp, fr):
     run, data = _copy_run(fr, tmp_path)
     argv = _train_argv(run, data, "--resume", "--epochs", "2")
@@ -873,3 +881,44 @@ def test_a_sentence_too_long_is_named_by_its_line_and_its_index():
     m = _model()  # max_len 16
     with pytest.raises(wb.errors.InputTextError, match=r"sentence 3 \(index 2\) is \d+ subword tokens long"):
         translate(m, TOK, ["ein mann", "", " ".join(["mann"] * 40)])
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "latin-1"])
+def test_translate_reads_stdin_in_any_encoding_as_utf8(monkeypatch, capsys, encoding):
+    """Standard input is decoded whole, then split into lines: in UTF-16 a line break is two bytes."""
+    text = "Ein Hund läuft .\r\nZwei Männer .\n"
+    _stdin(monkeypatch, text.encode("utf-8"))
+    assert main(["translate", "--checkpoint", "small-de-en"]) == 0
+    want = capsys.readouterr().out
+    _stdin(monkeypatch, text.encode(encoding))
+    assert main(["translate", "--checkpoint", "small-de-en", "--encoding", encoding]) == 0
+    got = capsys.readouterr().out
+    assert got == want and len(got.splitlines()) == 2
+
+
+@pytest.mark.parametrize("content", [b"just some notes\nnot a model\n", bytes(range(256)) * 4, b"\x80\x02}q\x00."])
+def test_a_file_that_is_no_checkpoint_is_named_as_such(tmp_path, capsys, content):
+    bad = tmp_path / "notes.pt"
+    bad.write_bytes(content)
+    with pytest.raises(wb.CheckpointError, match=r"notes.pt is not (a readable|an Attention Workbench) checkpoint"):
+        load_model(bad)
+    assert main(["translate", "--checkpoint", str(bad), "ein mann"]) == 2
+    assert "notes.pt is not" in capsys.readouterr().err
+
+
+def test_a_checkpoint_without_its_tokenizer_cannot_translate_and_says_so(tmp_path, capsys):
+    path = save_checkpoint(tmp_path / "bare.pt", _model(), None)
+    assert main(["translate", "--checkpoint", str(path), "ein mann"]) == 2
+    assert "holds no tokenizer" in capsys.readouterr().err
+
+
+def test_translate_opens_a_built_model_folder(tmp_path, capsys):
+    """What `workbench pretrained build --out DIR` writes (config.json, model.safetensors, tokenizer.json) is a
+    --checkpoint too."""
+    from workbench.translation.shipped import model_dir
+
+    shutil.copytree(model_dir("small-de-en"), tmp_path / "built")
+    assert main(["translate", "--checkpoint", "small-de-en", "Ein Hund läuft ."]) == 0
+    want = capsys.readouterr().out
+    assert main(["translate", "--checkpoint", str(tmp_path / "built"), "Ein Hund läuft ."]) == 0
+    assert capsys.readouterr().out == want and want.strip()

@@ -48,7 +48,7 @@ def test_train_translate_evaluate_average(tmp_path, capsys, multi30k_dir):
     result = json.loads(capsys.readouterr().out)
     assert {"bleu", "signature", "split", "n_sentences"} <= set(result) and result["n_sentences"] == 20
     assert result["signature"].startswith("nrefs:1|case:mixed")
-    assert (tmp_path / "run" / "averaged.test_2016_flickr.beam2.en.txt").exists()
+    assert (tmp_path / "run" / "averaged.test_2016_flickr.first20.beam2.en.txt").exists()  # a part: named so
 
 
 def _train_parser():
@@ -90,7 +90,8 @@ def test_run_argv_gives_back_the_run():
     from workbench.tools.cli.run_options import run_argv, run_config_from_args
     from workbench.translation.run import RunConfig
 
-    run = RunConfig.from_flat(arch="rnn", preset="tiny", limit=30, train_src="a.de", train_tgt="a.en", vocab_size=500,
+    run = RunConfig.from_flat(arch="rnn", preset="tiny", limit=30, train_src="a.de", train_tgt="a.en", val_src="v.de",
+                              val_tgt="v.en", vocab_size=500,
                               max_minutes=2.5, warmup_steps=80, precision="fp32", compile=True, grad_clip=None, patience=3)
     args = _train_parser().parse_args(["--out", "x", *run_argv(run)])
     assert run_config_from_args(args) == run
@@ -373,3 +374,23 @@ def test_book_slides_without_reports_suggests_what_slides_can_do(tmp_path, capsy
     assert main(["book", "slides", "--from-reports", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"workbench notebooks run --out {tmp_path}" in err and "drop --from-reports" not in err, err
+
+
+def test_resume_keeps_the_runs_own_settings(tmp_path, capsys, multi30k_dir):
+    """A resume that names only the budget continues the run as it started (preset, data, vocabulary); one that
+    names other data or another model is refused before anything changes."""
+    run = tmp_path / "run"
+    first = ["train", "--out", str(run), "--preset", "tiny", "--max-steps", "2", "--limit", "200", "--vocab-size", "300",
+             "--max-tokens", "1500", "--no-eval-bleu", "--data-dir", str(multi30k_dir)]
+    assert main(first) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for other in (["--src", "cs", "--tgt", "fr"], ["--preset", "small"], ["--vocab-size", "400"], ["--limit", "50"]):
+        assert main(["train", "--out", str(run), "--resume", "--max-steps", "4", *other]) == 2
+        err = capsys.readouterr().err
+        assert "--resume: the run in" in err and "was started with" in err, err
+        assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # nothing touched
+    assert main(["train", "--out", str(run), "--resume", "--max-steps", "4", "--data-dir", str(multi30k_dir)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["src"] == "de" and summary["tgt"] == "en" and summary["train_pairs"] == 200, summary
+    assert json.loads((run / "complete.json").read_text())["step"] == 4

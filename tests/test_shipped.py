@@ -248,3 +248,13 @@ def test_build_chooses_the_weights_on_val_among_averaging_windows(tmp_path, subw
     snaps = [load_model(run / f"ckpt_step{k * 10:07d}.pt")[0].state_dict() for k in range(1, 5)]
     w = "generator.weight" if "generator.weight" in snaps[0] else next(iter(snaps[0]))
     assert torch.allclose(averaged4.state_dict()[w], sum(s[w] for s in snaps) / 4, atol=1e-6)
+
+
+@pytest.mark.parametrize("windows", [(0,), (5, -1), ()])
+def test_build_refuses_an_averaging_window_of_no_snapshot(tmp_path, windows):
+    from workbench.errors import CheckpointError
+    from workbench.tools.release import build_shipped
+
+    with pytest.raises(CheckpointError, match="each averaging window is a whole number"):
+        build_shipped(tmp_path / "run", "x", tmp_path / "out", "workbench train ...", "t", "s", average=windows)
+    assert not (tmp_path / "out").exists()

@@ -249,3 +249,10 @@ def test_keep_checkpoints_keeps_the_newest_snapshots_for_averaging(tmp_path):
     assert steps == [16, 18, 20]
     with pytest.raises(ConfigError, match="keep_checkpoints"):
         TrainConfig(keep_checkpoints=0)
+    # within an epoch too: a run killed mid-epoch leaves at most N snapshots (they were pruned at epoch ends only)
+    seen: list[int] = []
+    on_step = {"on_step": lambda *a, **k: seen.append(len(step_checkpoints(tmp_path / "mid")))}
+    model, tok, train, val, _ = _copy_setup()
+    fit(model, tok, train[:400], val[:20], TrainConfig(**{**cfg.__dict__, "max_steps": 12}), out_dir=tmp_path / "mid",
+        callbacks=on_step)
+    assert seen and max(seen) <= 3, seen

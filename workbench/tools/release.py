@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
+from workbench.errors import CheckpointError
 from workbench.model.registry import architecture_of
 from workbench.runtime import count_parameters
 from workbench.tools.provenance import hardware_line, provenance
@@ -279,6 +280,9 @@ def build_shipped(run_dir: str | Path, name: str, out_dir: str | Path, train_com
     run = Path(run_dir)
     out = Path(out_dir)
     windows = sorted({average} if isinstance(average, int) else set(average))
+    if not windows or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in windows):
+        raise CheckpointError(f"--average {' '.join(map(str, windows))}: each averaging window is a whole number of "
+                              "step snapshots, at least 1 (the cards use 5 10 15 20)")
     _, _, state0 = load_model(run / "last.pt")
     extra = state0.get("extra") or {}
     src, tgt = extra.get("src_lang", "de"), extra.get("tgt_lang", "en")

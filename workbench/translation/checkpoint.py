@@ -123,7 +123,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path} holds objects other than tensors and plain containers, which weights_only loading refuses "
             "(it could run arbitrary code): only load checkpoints written by the workbench"
         ) from exc
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, IndexError, TypeError,
+            AttributeError) as exc:  # what the unpickler raises on bytes that are not a checkpoint (text, noise)
         raise CheckpointError(
             f"{path} is not a readable checkpoint ({type(exc).__name__}: {str(exc)[:120]}): it is truncated or "
             "corrupt; use an earlier file (ckpt_stepNNNNNNN.pt) or train again"

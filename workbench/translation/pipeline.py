@@ -81,6 +81,8 @@ def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume
     writer = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     mode = (run_folder.plan(out, resume=resume, overwrite=overwrite, restart=restart) if writer
             else "resume" if resume else "new")
+    if mode == "resume":  # the run's data, tokenizer, model and recipe are its own: a resume may not change them
+        run_folder.check_resume_settings(out, run.to_flat())
     train_pairs = load_pairs("train", run.src, run.tgt, run.data_dir, run.limit, run.train_src, run.train_tgt)
     val_pairs = load_pairs("val", run.src, run.tgt, run.data_dir, None, run.val_src, run.val_tgt)
     set_seed(cfg.seed)
@@ -206,7 +208,8 @@ def evaluate_checkpoint(
     result = {"split": split, "src": src, "tgt": tgt, "beam": beam, "alpha": alpha if beam > 1 else None, **scores,
               "checkpoint": str(checkpoint)}
     if write_hypotheses and not is_pretrained_name(str(checkpoint)):
-        path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}.beam{beam}.{tgt}.txt")
+        part = f".first{limit}" if limit else ""  # a part of the split never replaces the whole split's file
+        path = Path(checkpoint).with_name(f"{Path(checkpoint).stem}.{split}{part}.beam{beam}.{tgt}.txt")
         from workbench.translation.files import atomic_write_text
 
         try:

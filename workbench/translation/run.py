@@ -59,6 +59,10 @@ class RunConfig:
             src_file, tgt_file = getattr(self, f"{side}_src"), getattr(self, f"{side}_tgt")
             validate((src_file is None) == (tgt_file is None), f"{side}_src/{side}_tgt", (src_file, tgt_file),
                    "give both the source and the target file of your own parallel data, or neither")
+        validate(self.train_src is None or self.val_src is not None, "val_src/val_tgt", (self.val_src, self.val_tgt),
+                 f"your own training files need validation files of the same data (--val-src/--val-tgt): without them "
+                 f"validation, the best checkpoint and early stopping would use Multi30k {self.src}-{self.tgt} val, "
+                 "another corpus; hold out a part of your data")
         validate(isinstance(self.vocab_size, int) and 0 < self.vocab_size <= MAX_VOCAB_SIZE, "vocab_size", self.vocab_size,
                f"use a vocabulary size from 1 to {MAX_VOCAB_SIZE:,}, such as 8000")
         validate(self.dropout is None or is_probability(self.dropout), "dropout", self.dropout,

@@ -231,3 +231,34 @@ def read_record(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+# what a resumed run may change: its budget, its bookkeeping and where it runs; every other setting (data, tokenizer,
+# model, recipe, seed) is the run's own, recorded in run.json when it started
+RESUMABLE = frozenset({"max_steps", "epochs", "max_minutes", "patience", "log_every", "checkpoint_every",
+                       "keep_checkpoints", "eval_bleu", "bleu_max_sentences", "device", "precision", "compile",
+                       "data_dir"})
+
+
+def recorded_settings(out: str | Path) -> dict[str, Any]:
+    """The flat settings ``run.json`` recorded when the run in ``out`` started ({} where there is none)."""
+    record = read_record(Path(out) / RUN_RECORD) or {}
+    settings = record.get("settings") if isinstance(record, dict) else None
+    return settings if isinstance(settings, dict) else {}
+
+
+def check_resume_settings(out: str | Path, settings: dict[str, Any]) -> None:
+    """Refuse, in one line, a resume whose settings differ from the run's own where a resume may not change them
+    (:data:`RESUMABLE` lists what may change)."""
+    recorded = recorded_settings(out)
+
+    def same(a: Any, b: Any) -> bool:
+        return json.dumps(a, default=str, sort_keys=True) == json.dumps(b, default=str, sort_keys=True)
+
+    differ = {k: (recorded[k], v) for k, v in settings.items()
+              if k in recorded and k not in RESUMABLE and not same(recorded[k], v)}
+    if differ:
+        shown = ", ".join(f"{k} {was!r} (asked: {now!r})" for k, (was, now) in sorted(differ.items()))
+        raise RunFolderError(f"--resume: the run in {out} was started with {shown}: a resumed run keeps its data, "
+                             "tokenizer, model and recipe (only the budget, checkpointing, logging, device and "
+                             "precision may change); give its settings, or train a new run in another --out")

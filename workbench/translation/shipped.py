@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "pretrained"
 FILES = ("model.safetensors", "config.json", "tokenizer.json", "CARD.md")  # hashed in card.json
+BUILT = ("config.json", "model.safetensors", "tokenizer.json")  # what load_folder needs of a built model's folder
 
 
 class PretrainedError(CheckpointError):
@@ -118,13 +119,17 @@ def _build(config: dict[str, Any]) -> nn.Module:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint file, or the best file in a run folder (averaged.pt, then best.pt, then last.pt)."""
+    """A checkpoint file, the best file in a run folder (averaged.pt, then best.pt, then last.pt), or a built model's
+    folder (config.json, model.safetensors, tokenizer.json: what ``workbench pretrained build`` writes) as it is."""
     p = Path(path)
+    if p.is_dir() and all((p / f).is_file() for f in BUILT):
+        return p  # a built model's folder: load_any opens it whole
     if p.is_dir():
         for fname in ("averaged.pt", "best.pt", "last.pt"):
             if (p / fname).exists():
                 return p / fname
-        raise CheckpointError(f"no checkpoint in {p}: expected averaged.pt, best.pt or last.pt (train with --out {p})")
+        raise CheckpointError(f"no checkpoint in {p}: expected averaged.pt, best.pt or last.pt (a run folder), or "
+                              "config.json, model.safetensors and tokenizer.json (a built model's folder)")
     if not p.exists():
         names = list_pretrained()
         raise CheckpointError(f"checkpoint {p} does not exist: pass a file written by 'workbench train', its run "
@@ -173,8 +178,19 @@ def load_any(spec: str | Path, device: str | torch.device = "cpu") -> tuple[nn.M
         model, tokenizer, card = pretrained(str(spec), device=device)
         return model, tokenizer, {"card": card, "extra": {"src_lang": card["src_lang"], "tgt_lang": card["tgt_lang"]},
                                   "source": str(spec)}
+    folder = Path(spec)
+    if folder.is_dir() and all((folder / f).is_file() for f in BUILT):
+        # a folder in the shipped layout (what `workbench pretrained build --out` writes), not installed
+        model, tokenizer = load_folder(folder, device=device)
+        card_file = folder / "card.json"
+        card = json.loads(card_file.read_text(encoding="utf-8")) if card_file.is_file() else None
+        extra = {"src_lang": card["src_lang"], "tgt_lang": card["tgt_lang"]} if card else {}
+        return model, tokenizer, {"card": card, "extra": extra, "source": str(folder)}
     path = resolve_checkpoint(spec)
     model, tokenizer, state = load_model(path, device=device)
+    if tokenizer is None:
+        raise CheckpointError(f"{path} holds no tokenizer (saved without one): translating needs the tokenizer it "
+                              "was trained with; save the checkpoint with save_checkpoint(..., tokenizer=...)")
     state["source"] = str(path)
     return model, tokenizer, state
 

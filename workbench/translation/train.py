@@ -105,6 +105,7 @@ class _Run:
     precision: Precision  # the number format of the training steps (and why)
     best: float  # lowest validation loss so far
     bad_epochs: int  # epochs since that lowest validation loss
+    keep_last: int = 5  # numbered snapshots kept for averaging (pruned at every save, mid-epoch ones included)
 
     @property
     def pad_id(self) -> int:
@@ -159,6 +160,7 @@ def fit(
     cfg.check_budget()
     callbacks = callbacks or {}
     run, start_epoch = _start(model, tokenizer, train_pairs, val_pairs, cfg, out_dir, resume, meta or {})
+    run.keep_last = cfg.keep_checkpoints if keep_last is None else keep_last
     for epoch in range(start_epoch, cfg.epochs) if cfg.epochs is not None else itertools.count(start_epoch):
         if cfg.max_steps is not None and run.step >= cfg.max_steps:  # resumed from a run that had used its steps
             run.history.stopped_reason = "max steps"
@@ -381,7 +383,7 @@ def _optimizer_step(run: _Run, epoch: int, loss: Tensor, totals: _EpochTotals, b
     """Clip, step optimizer and schedule, count the step; log its loss, tokens/s and MFU every ``log_every`` steps
     and save a numbered snapshot every ``checkpoint_every`` steps (rank 0). The loss is read on the host only then
     (and every step for an ``on_step`` callback, which asks for it)."""
-    from workbench.translation.checkpoint import save_checkpoint
+    from workbench.translation.checkpoint import save_checkpoint, step_checkpoints
 
     cfg = run.cfg
     if cfg.grad_clip:
@@ -408,6 +410,8 @@ def _optimizer_step(run: _Run, epoch: int, loss: Tensor, totals: _EpochTotals, b
         # numbered snapshots for averaging (resuming uses last.pt, written at epoch ends)
         save_checkpoint(run.out / f"ckpt_step{run.step:07d}.pt", run.model, tokenizer=run.tokenizer, step=run.step,
                         epoch=epoch, train_cfg=cfg, extra=run.meta)
+        for old in step_checkpoints(run.out)[:-run.keep_last]:  # the newest keep_last, as the help says
+            old.unlink(missing_ok=True)
 
 
 def _end_epoch(run: _Run, epoch: int, totals: _EpochTotals) -> bool:

@@ -17,7 +17,12 @@ from pathlib import Path
 from workbench.errors import CheckpointError, WorkbenchError
 from workbench.runtime import keep_freed_memory
 from workbench.tools.cli.course import add_course_commands
-from workbench.tools.cli.run_options import add_run_options, run_config_from_args
+from workbench.tools.cli.run_options import (
+    add_run_options,
+    check_data_dir,
+    given_options,
+    run_config_from_args,
+)
 from workbench.translation.decode import DECODING
 
 log = logging.getLogger("workbench")
@@ -58,24 +63,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_data_dir(data_dir: str | None) -> None:
-    """A --data-dir that was given must exist: a mistyped one would otherwise become a download target."""
-    if data_dir is not None and not Path(data_dir).is_dir():
-        from workbench.errors import DataError
-
-        what = "is a file, not a folder" if Path(data_dir).exists() else "does not exist"
-        raise DataError(f"--data-dir {data_dir} {what}: give the folder that holds the Multi30k files "
-                        "(train.de.gz...), or leave the option out to use $WORKBENCH_MULTI30K or the download cache")
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from workbench.translation.pipeline import train_translation
     from workbench.translation.run_folder import plan
 
-    run = run_config_from_args(args)  # validated before any process group is joined
     if not str(args.out).strip():
         raise WorkbenchError("--out is empty: name the run's folder, e.g. --out runs/small")
-    _check_data_dir(run.data_dir)
+    run = run_config_from_args(args, resumed=args.resume)  # validated before any process group is joined
+    check_data_dir(run.data_dir)
     plan(Path(args.out), resume=args.resume, overwrite=args.overwrite)  # refused here, before any rank starts
     from workbench.runtime import init_distributed
 
@@ -128,19 +123,20 @@ def _input_sentences(arguments: Sequence[str], encoding: str) -> list[str]:
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:  # a text stream (tests, notebooks): already decoded
         return [line.rstrip("\n") for line in sys.stdin]
-    lines = stream.read().split(b"\n")
-    if lines and lines[-1] == b"":
+    data = stream.read()
+    try:  # decoded whole, then split: a line break is a character (two bytes in UTF-16), not the byte 0x0a
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start].decode(encoding, errors="replace")  # what decoded: it says where the line is
+        line, column = before.count("\n") + 1, len(before) - before.rfind("\n")
+        raise InputTextError(
+            f"line {line} of the input is not valid {encoding} (byte 0x{data[exc.start]:02x} at column {column}): "
+            "pass --encoding with the text's encoding (e.g. --encoding latin-1), or convert it to UTF-8 with iconv"
+        ) from exc
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
         lines.pop()
-    out = []
-    for i, raw in enumerate(lines, 1):
-        try:
-            out.append(raw.decode(encoding).removesuffix("\r"))
-        except UnicodeDecodeError as exc:
-            raise InputTextError(
-                f"line {i} of the input is not valid {encoding} (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}): "
-                "pass --encoding with the text's encoding (e.g. --encoding latin-1), or convert it to UTF-8 with iconv"
-            ) from exc
-    return out
+    return [line.removesuffix("\r") for line in lines]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -186,7 +182,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from workbench.translation.pipeline import evaluate_checkpoint
 
-    _check_data_dir(args.data_dir)
+    check_data_dir(args.data_dir)
     result = evaluate_checkpoint(
         _resolve_checkpoint(args.checkpoint),
         split=args.split,
@@ -447,7 +443,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.ArgumentPars
     name = pre.parse_known_args(argv)[0].recipe
     if name in RECIPES:  # an unknown name is refused by the train parser's choices
         _subparser(parser, "train").set_defaults(**RECIPES[name].to_flat())
-    return parser, parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.command == "train":  # what the command line said, as opposed to defaults (a resume keeps the run's)
+        args.given = given_options(_subparser(parser, "train"), argv[argv.index("train") + 1:], RECIPES.get(name))
+    return parser, args
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from workbench.model.config import field_docs
@@ -61,9 +62,35 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(_option(f.name), *OPTION_ALIASES.get(f.name, []), **kw)
 
 
-def run_config_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`~workbench.translation.run.RunConfig` that the options of :func:`add_run_options` describe (validated)."""
-    return RunConfig.from_flat(**{f.name: getattr(args, f.name) for f in RunConfig.flat_fields()})
+def run_config_from_args(args: argparse.Namespace, resumed: bool = False) -> Any:
+    """The :class:`~workbench.translation.run.RunConfig` that the options of :func:`add_run_options` describe (validated).
+
+    ``resumed``: ``args.out`` holds the run to resume; its own settings (``run.json``) fill every option the command
+    line did not give (``args.given``), so ``train --out RUN --resume --max-steps N`` continues RUN as it started."""
+    from workbench.translation.run_folder import recorded_settings
+
+    given = getattr(args, "given", None)
+    recorded = recorded_settings(args.out) if resumed else {}
+    return RunConfig.from_flat(**{f.name: recorded[f.name] if f.name in recorded and given is not None
+                                  and f.name not in given else getattr(args, f.name)
+                                  for f in RunConfig.flat_fields()})
+
+
+def given_options(sub: argparse.ArgumentParser, argv: list[str], recipe: Any = None) -> set[str]:
+    """The destinations ``argv`` sets explicitly on the subcommand parser ``sub`` (defaults aside), with every field
+    of a ``recipe`` it names (a :class:`~workbench.translation.run.RunConfig`)."""
+    actions = [(a, a.default) for a in sub._actions]
+    defaults = dict(sub._defaults)
+    try:
+        for a, _ in actions:
+            a.default = argparse.SUPPRESS
+        sub._defaults.clear()
+        namespace, _ = sub.parse_known_args(argv, argparse.Namespace())
+    finally:
+        for a, default in actions:
+            a.default = default
+        sub._defaults.update(defaults)
+    return set(vars(namespace)) | (set(recipe.to_flat()) if recipe is not None else set())
 
 
 def run_argv(run: Any) -> list[str]:
@@ -80,3 +107,13 @@ def run_argv(run: Any) -> list[str]:
         else:
             argv += [_option(name), "none" if value is None else str(value)]
     return argv
+
+
+def check_data_dir(data_dir: str | None) -> None:
+    """A --data-dir that was given must exist: a mistyped one would otherwise become a download target."""
+    if data_dir is not None and not Path(data_dir).is_dir():
+        from workbench.errors import DataError
+
+        what = "is a file, not a folder" if Path(data_dir).exists() else "does not exist"
+        raise DataError(f"--data-dir {data_dir} {what}: give the folder that holds the Multi30k files "
+                        "(train.de.gz...), or leave the option out to use $WORKBENCH_MULTI30K or the download cache")
