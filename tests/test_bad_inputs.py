@@ -922,3 +922,37 @@ def test_translate_opens_a_built_model_folder(tmp_path, capsys):
     want = capsys.readouterr().out
     assert main(["translate", "--checkpoint", str(tmp_path / "built"), "Ein Hund läuft ."]) == 0
     assert capsys.readouterr().out == want and want.strip()
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999", "-1"])
+def test_a_seed_out_of_range_is_one_line(tmp_path, capsys, seed):
+    assert main(["train", "--out", str(tmp_path / "r"), "--preset", "tiny", "--max-steps", "1", "--seed", seed]) == 2
+    assert "invalid seed=" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_python_api_inputs_that_ended_in_library_errors():
+    """From an outside probe: each of these raised a raw TypeError, AttributeError, AssertionError or broadcasting
+    RuntimeError; each is now one line that says what to pass."""
+    from torch import nn
+
+    from workbench.inspect.capture import capture_attention
+    from workbench.translation.checkpoint import average_checkpoints
+
+    m = _model()
+    with pytest.raises(wb.errors.InputTextError, match="src holds 2 sentences and tgt 3"):
+        m(torch.tensor([[4, 5, 3]] * 2), torch.tensor([[2, 4]] * 3))
+    assert m(torch.tensor([[4, 5, 3]]), torch.tensor([[2, 4]] * 3)).shape[0] == 3  # a batch of 1 broadcasts
+    for not_a_model in (None, nn.Linear(3, 3)):
+        with pytest.raises(wb.errors.InterventionError, match="capture_attention needs a workbench model"):
+            with capture_attention(not_a_model):
+                pass
+    for name in (None, 123, ""):
+        with pytest.raises(wb.CheckpointError, match="give a model's name as a string"):
+            wb.pretrained(name)
+    with pytest.raises(wb.errors.InputTextError, match=r"sentence 2 \(index 1\) holds '\\udce4' at column 5"):
+        translate(m, TOK, ["ein mann", "ein \udce4 mann"])
+    with pytest.raises(wb.CheckpointError, match="takes a list of checkpoint files"):
+        average_checkpoints("run/ckpt_step0000010.pt")
+    if not torch.cuda.is_available():
+        with pytest.raises(wb.errors.ConfigError, match="CUDA is not available"):
+            translate(m, TOK, ["ein mann"], device="cuda")

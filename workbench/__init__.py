@@ -93,6 +93,9 @@ def pretrained(name: str = "small-de-en", device: str | torch.device = "cpu",
         >>> model, tokenizer, card = workbench.pretrained("small-de-en")
         >>> card["bleu"]["test_2016_flickr"]["beam4"]  # sacreBLEU, beam 4, the whole test split
     """
+    if not isinstance(name, str) or not name:
+        raise CheckpointError(f"pretrained({name!r}): give a model's name as a string, one of {list_pretrained()} or a "
+                              "Hugging Face name such as 'Helsinki-NLP/opus-mt-de-en'")
     if root is None and "/" in name and name not in list_pretrained():
         return hub_pretrained(name, device=device)
     return shipped.pretrained(name, device=device, root=root)

@@ -25,7 +25,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from workbench.errors import SiteNameError
+from workbench.errors import InterventionError, SiteNameError
 from workbench.inspect.site_cache import SiteCache
 from workbench.model.hook_points import HookPoint, hook_points, n_hooks, tap
 from workbench.model.sites import (
@@ -137,7 +137,10 @@ def _capture(model: nn.Module, kinds: str | Iterable[str] | None, layers: Sequen
              qkv: bool, resid: bool) -> Iterator[AttentionCache]:
     if isinstance(kinds, str):  # one kind, not its letters
         kinds = [kinds]
-    blocks = list(sites(model))
+    blocks = list(sites(model)) if isinstance(model, nn.Module) else []
+    if not blocks:
+        raise InterventionError(f"capture_attention needs a workbench model (a Transformer or the GRU baseline), got "
+                                f"{type(model).__name__}: it has no attention to record")
     present: dict[str, int] = {}
     for kind, layer, _, _ in blocks:
         present[kind] = max(present.get(kind, 0), layer + 1)

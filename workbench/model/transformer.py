@@ -297,6 +297,10 @@ class Transformer(nn.Module):
         Shapes:
             src (B, S), tgt (B, T) shifted-right target -> logits (B, T, V), or (B, T, d_model) states
         """
+        _check_ids(src), _check_ids(tgt)  # before their batch sizes are compared
+        if src.shape[0] != tgt.shape[0] and 1 not in (src.shape[0], tgt.shape[0]):
+            raise InputTextError(f"src holds {src.shape[0]} sentences and tgt {tgt.shape[0]}: give one target row per "
+                                 "source row (a batch of 1 on either side is broadcast)")
         src_mask = self.src_mask(src)
         hidden = self.decode_hidden(tgt, self.encode(src, src_mask), src_mask)
         return self.generator(hidden) if project else hidden

@@ -165,6 +165,9 @@ def load_state(model: nn.Module, state_dict: dict[str, torch.Tensor], source: st
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, Any, dict[str, Any]]:
     """Rebuild model and tokenizer from a checkpoint; returns (model in eval mode, tokenizer, checkpoint dict)."""
+    from workbench.runtime import resolve_device
+
+    device = resolve_device(device)  # a device this machine lacks is one line, before the file is read
     state = load_checkpoint(path)
     model = build_from_checkpoint(state)
     load_state(model, state["model"], source=str(path))
@@ -202,6 +205,9 @@ def _average(paths: Sequence[str | Path]) -> tuple[dict[str, torch.Tensor], dict
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of the model weights of several checkpoints of one run (in the last one's dtypes)."""
+    if isinstance(paths, (str, Path)):
+        raise CheckpointError(f"average_checkpoints takes a list of checkpoint files, got one path {str(paths)!r}: "
+                              "wrap it in a list, or use average_last(run_dir) for a run's snapshots")
     return _average(paths)[0]
 
 

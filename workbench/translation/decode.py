@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from workbench.errors import DecodingError, InputTextError
 from workbench.runtime import Precision, PrecisionLike, autocast, check_precision, choose_precision
@@ -33,6 +33,7 @@ from workbench.translation.decode_steps import (  # noqa: F401 (DecodeConfig, Se
     _check_src,
     _check_translate_args,
     _eval_mode,
+    _model_device,
     _step_limits,
     _Stepper,
     decode_token_budget,
@@ -384,13 +385,6 @@ def _trim(ids: Sequence[int], eos_id: int, pad_id: int) -> list[int]:
         if i != pad_id:
             out.append(int(i))
     return out
-
-
-def _model_device(model: Seq2Seq, device: str | torch.device | None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    p = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
-    return p.device if p is not None else torch.device("cpu")
 
 
 @torch.no_grad()

@@ -381,3 +381,13 @@ def token_budget_batches(lengths: Sequence[int], max_tokens: int, beam: int, ite
     if current:
         batches.append(current)
     return batches
+
+
+def _model_device(model: Seq2Seq, device: str | torch.device | None) -> torch.device:
+    """``device`` resolved ("auto", or one this machine has: one line otherwise), else the model's own."""
+    if device is not None:
+        from workbench.runtime import resolve_device
+
+        return resolve_device(device)
+    p = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
+    return p.device if p is not None else torch.device("cpu")

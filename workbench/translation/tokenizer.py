@@ -62,6 +62,12 @@ def check_texts(texts: Sequence[str]) -> list[str]:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise InputTextError(f"sentence {i + 1} (index {i}) is a {type(t).__name__} ({t!r:.40}), not a str: pass text")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: bytes that were not text, kept by "surrogateescape"
+            raise InputTextError(f"sentence {i + 1} (index {i}) holds {t[exc.start]!r} at column {exc.start + 1}, "
+                                 "which is not a character: read the text with its real encoding (open(..., "
+                                 "encoding=...))") from None
     return [visible_text(t) for t in texts]
 
 

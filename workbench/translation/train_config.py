@@ -41,6 +41,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_field_types(self)
         validate(self.max_tokens > 0, "max_tokens", self.max_tokens, "use a positive token budget such as 4096")
+        validate(0 <= self.seed < 2**63, "seed", self.seed, "use a whole number from 0 to 2**63 - 1, such as 0")
         validate(self.epochs is None or self.epochs > 0, "epochs", self.epochs,
                "use a positive number of epochs, or None for no epoch limit")
         validate(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps, "use 1 or more, or None for no limit")
