@@ -394,3 +394,21 @@ def test_resume_keeps_the_runs_own_settings(tmp_path, capsys, multi30k_dir):
     summary = json.loads(capsys.readouterr().out)
     assert summary["src"] == "de" and summary["tgt"] == "en" and summary["train_pairs"] == 200, summary
     assert json.loads((run / "complete.json").read_text())["step"] == 4
+
+
+def test_course_commands_refuse_an_empty_folder_a_bad_port_and_a_data_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["notebooks", "copy", ""]) == 2  # an unset $DEST: not the current folder
+    assert "the folder to copy into is empty" in capsys.readouterr().err and not list(tmp_path.iterdir())
+    for port in ("99999", "-1", "http"):
+        with pytest.raises(SystemExit):
+            main(["book", "serve", "--port", port])
+        assert "is not a port" in capsys.readouterr().err
+    (tmp_path / "data.gz").write_bytes(b"x")
+    assert main(["notebooks", "run", "--smoke", "--only", "02", "--out", str(tmp_path / "o"),
+                 "--data-dir", str(tmp_path / "data.gz")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "index.html").write_text("<html></html>")
+    assert main(["book", "serve", "--dir", str(tmp_path / "book"), "--bind", "999.1.1.1", "--port", "0"]) == 2
+    assert "give --bind an address of this machine" in capsys.readouterr().err

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import logging
 import re
@@ -275,8 +276,10 @@ def serve(directory: str | Path = "book", port: int = 8000, bind: str = "127.0.0
     handler = functools.partial(_QuietHandler, directory=str(folder))
     try:
         return ThreadingHTTPServer((bind, port), handler)
-    except OSError as exc:
-        raise BookError(f"cannot serve on {bind}:{port} ({exc}): pick another --port") from exc
+    except OSError as exc:  # a port in use, or an address this machine does not have (or cannot resolve)
+        fix = ("pick another --port" if exc.errno in (errno.EADDRINUSE, errno.EACCES)
+               else "give --bind an address of this machine, such as 127.0.0.1 or 0.0.0.0")
+        raise BookError(f"cannot serve on {bind}:{port} ({exc}): {fix}") from exc
 
 
 @contextlib.contextmanager

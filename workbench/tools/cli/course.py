@@ -37,6 +37,17 @@ change them. For marks, the grader adds the sandbox, its own judgement, per-stud
 (--seed-from-student), and a gradebook (CSV and JSON: student x exercise status, predictions, totals, the hints).
 """
 
+def _port(text: str) -> int:
+    """A TCP port for argparse: a whole number from 0 to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: use a whole number from 0 to 65535, such as 8000")
+    return port
+
+
 def cmd_notebooks(args: argparse.Namespace) -> int:
     """``run``: one progress bar, then one line per notebook (and its error); ``--verbose`` also shows papermill's
     records and the kernels' start-up warnings. ``copy``: editable copies of the notebooks in a folder."""
@@ -46,6 +57,11 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     if args.action == "grade":
         return cmd_grade(args)
     if args.action == "copy":
+        if not str(args.target).strip():  # an unset $DEST: never the current folder by accident
+            from workbench.errors import NotebookCopyError
+
+            raise NotebookCopyError("the folder to copy into is empty: name it, e.g. `workbench notebooks copy "
+                                    "my-notebooks` (use . for the current folder)")
         if args.student:
             from workbench.tools.book.assign import copy_student
 
@@ -67,6 +83,9 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     params = parse_parameters(args.param or [])
     only = args.only or None
     out = Path(args.out).expanduser().resolve()  # the kernels run elsewhere: resolve where the user stands
+    from workbench.tools.cli.run_options import check_data_dir
+
+    check_data_dir(args.data_dir)  # a file or a missing folder: refused before any notebook starts
     data_dir = Path(args.data_dir).expanduser().resolve() if args.data_dir else None
     results = run_series(out_dir=out, smoke=args.smoke, only=only, parameters=params or None, data_dir=data_dir,
                          quiet=quiet, directory=args.dir, jobs=args.jobs)
@@ -212,7 +231,7 @@ def add_course_commands(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=cmd_book)
     b = bsub.add_parser("serve", help="serve a built book over HTTP on this machine")
     b.add_argument("--dir", default="book", help="the book's folder")
-    b.add_argument("--port", type=int, default=8000)
+    b.add_argument("--port", type=_port, default=8000, help="TCP port, 0 to 65535 (0: any free one)")
     b.add_argument("--bind", default="127.0.0.1", help="address to listen on")
     b.set_defaults(func=cmd_book)
     b = bsub.add_parser("slides", help="one offline slide deck per lesson (its objectives, figures and checks) from "
