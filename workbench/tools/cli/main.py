@@ -245,7 +245,8 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
         from workbench.translation.run_folder import RunFolderError, check_writable_folder, holds_run
         card = shipped.read_card(args.name)
         out = check_writable_folder(args.out)  # refused here, in this command's words, not by the train it runs
-        if holds_run(out / "run") and not args.resume:
+        resume = getattr(args, "resume", False)  # a caller's own Namespace may predate the option
+        if holds_run(out / "run") and not resume:
             raise RunFolderError(f"--out {out} already holds a reproduction's run ({out / 'run'}): pass --resume to "
                                  "continue it, or choose another --out")
         threads = card["training"].get("threads")
@@ -255,7 +256,7 @@ def cmd_pretrained(args: argparse.Namespace) -> int:
             argv[argv.index("--out") + 1] = str(out / "run")
         if args.data_dir:  # the run trains on the data it is scored on
             argv += ["--data-dir", str(args.data_dir)]
-        if args.resume and holds_run(out / "run"):
+        if resume and holds_run(out / "run"):
             argv += ["--resume"]
         if "--precision" not in argv:  # a card without the setting was trained in fp32 (before --precision existed)
             argv += ["--precision", (card.get("train_config") or {}).get("precision", "fp32")]
