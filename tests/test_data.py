@@ -132,6 +132,7 @@ def test_checksum_mismatch_in_the_own_cache_moves_the_file_aside_and_names_it(mu
     msg = str(info.value)
     assert checksums()["val.de.gz"] in msg and actual in msg  # expected and actual hash
     assert "moved aside" in msg and "Fix:" in msg and wd.BASE_URL in msg
+    # the same assertions as before, now in the workbench's own cache: a folder the user chose is only read (below)
     assert (cache / "val.de.gz.corrupt").exists() and not (cache / "val.de.gz").exists()
     # a second bad copy does not overwrite the first one
     _gz(cache / "val.de.gz", ["tampered again"] * 1014)

@@ -664,26 +664,25 @@ def path_rounded_log(kind, n, k=3, r=8, dilated=False):
     return -(-(n - 1) // (r // 2))
 
 
-def path_dilated_by_log10(kind, n, k=3, r=8, dilated=False):
-    """The float-log mistake written with log10: right at the powers of 3, 5 and 10, wrong at 8**3 = 512."""
-    if kind == "recurrent":
-        return max(n, 1)
-    if n <= 1 or kind == "self_attention":
-        return 1
-    if kind == "convolutional":
-        return math.ceil(math.log10(n) / math.log10(k)) if dilated else -(-(n - 1) // ((k - 1) // 2))
-    return -(-(n - 1) // (r // 2))
+def _path_with_dilated_layers(name, layers):
+    """A path_length that is right except for its dilated-convolution count, ``layers(n, k)``."""
+    def path_length(kind, n, k=3, r=8, dilated=False):
+        if kind == "recurrent":
+            return max(n, 1)
+        if n <= 1 or kind == "self_attention":
+            return 1
+        if kind == "convolutional":
+            return layers(n, k) if dilated else -(-(n - 1) // ((k - 1) // 2))
+        return -(-(n - 1) // (r // 2))
+
+    path_length.__name__ = name  # the test's id
+    return path_length
 
 
-def path_dilated_by_rounded_log(kind, n, k=3, r=8, dilated=False):
-    """The float log rounded to 6 digits first: right at every exact power, wrong just past a large one."""
-    if kind == "recurrent":
-        return max(n, 1)
-    if n <= 1 or kind == "self_attention":
-        return 1
-    if kind == "convolutional":
-        return math.ceil(round(math.log(n, k), 6)) if dilated else -(-(n - 1) // ((k - 1) // 2))
-    return -(-(n - 1) // (r // 2))
+# the float-log mistake written with log10: right at the powers of 3, 5 and 10, wrong at 8**3 = 512
+path_dilated_by_log10 = _path_with_dilated_layers("path_dilated_by_log10", lambda n, k: math.ceil(math.log10(n) / math.log10(k)))
+# the float log rounded to 6 digits first: right at every exact power, wrong just past a large one
+path_dilated_by_rounded_log = _path_with_dilated_layers("path_dilated_by_rounded_log", lambda n, k: math.ceil(round(math.log(n, k), 6)))
 
 
 def hook_writes_into_output(cached, position):
