@@ -691,6 +691,13 @@ def _k35(tmp_path, mp, fr):
             str(tmp_path / "gradebook")]
 
 
+@cli_case("grade into a file", r"--out .*gradebook.txt is a file: the gradebook is a folder")
+def _k35b(tmp_path, mp, fr):
+    (tmp_path / "class" / "alice").mkdir(parents=True)
+    (tmp_path / "gradebook.txt").write_text("last term's marks\n")
+    return ["notebooks", "grade", str(tmp_path / "class"), "--checks-only", "--out", str(tmp_path / "gradebook.txt")]
+
+
 @cli_case("run the notebooks of a folder that is not there", r"notebook folder .*nope does not exist")
 def _k36(tmp_path, mp, fr):
     return ["notebooks", "run", "--dir", str(tmp_path / "nope"), "--only", "02"]

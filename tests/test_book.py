@@ -182,6 +182,21 @@ def test_from_reports_needs_executed_notebooks(tmp_path):
         book_pages.pages_from_reports(tmp_path)
 
 
+@pytest.mark.parametrize("options, words", [
+    (dict(jobs=0), "--jobs 0"), (dict(jobs=-2), "--jobs -2"), (dict(jobs=1.5), "--jobs 1.5"),
+    (dict(from_reports="r", jobs=2), "apply when the notebooks run"),
+    (dict(from_reports="r", threads=1), "apply when the notebooks run"),
+])
+def test_book_build_refuses_run_options_it_cannot_use_before_touching_anything(tmp_path, options, words):
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "notes.txt").write_text("mine")
+    if "from_reports" in options:
+        options["from_reports"] = tmp_path / "reports"
+    with pytest.raises(BookError, match=re.escape(words)):
+        book.build_book(out=tmp_path / "book", reports=tmp_path / "ran", **options)
+    assert (tmp_path / "book" / "notes.txt").read_text() == "mine" and not (tmp_path / "ran").exists()
+
+
 # -- the SMOKE book in a real browser ----------------------------------------------------------------------------
 class _Links(HTMLParser):
     def __init__(self) -> None:

@@ -171,6 +171,12 @@ def test_unknown_site_lists_the_valid_ones(minimal_pair):
         Site("enc.0.resid", head=1)
     with pytest.raises(PatchingError, match="position 7 out of range"), patch(model, cache, [("enc.0.resid", 7)]):
         pass
+    for not_sites in (None, 3, 2.5):
+        with pytest.raises(PatchingError, match="sites must be a site name, a Site, or a list of them"), \
+                patch(model, cache, not_sites):
+            pass
+    with pytest.raises(PatchingError, match="is not a site"), patch(model, cache, [None]):
+        pass
     assert all_hooks(model) == 0
 
 

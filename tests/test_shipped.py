@@ -119,9 +119,12 @@ def test_corrupted_copy_of_the_shipped_model_is_refused_and_left_untouched(tmp_p
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0x01  # one flipped bit in the middle of the file
     target.write_bytes(bytes(data))
-    with pytest.raises(PretrainedError, match=re.escape(filename) + " does not match its recorded SHA-256"):
+    with pytest.raises(PretrainedError, match=re.escape(filename) + " does not match its recorded SHA-256") as info:
         pretrained("small-de-en", root=tmp_path)
+    # the advice fits a copy: git and pip restore the package's own folder, not this one
+    assert "copy the folder" in str(info.value) and "git checkout" not in str(info.value)
     assert target.read_bytes() == bytes(data), "the refused copy was modified"
+    assert "git checkout -- workbench/pretrained" in wb.shipped.restore_hint(source)
     # the installed model itself is untouched and still verifies
     assert sha256_file(source / filename) == wb.shipped.read_card("small-de-en")["sha256"][filename]
 

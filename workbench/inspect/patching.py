@@ -405,6 +405,9 @@ def patch(model: nn.Module, cache: ActivationCache, sites: Iterable[str | Site |
                             "allow_other_model=True to patch across models on purpose")
     if isinstance(sites, str | Site):
         sites = [sites]
+    elif not isinstance(sites, Iterable):
+        raise PatchingError(f"sites must be a site name, a Site, or a list of them, got {type(sites).__name__}: "
+                            "e.g. patch(model, cache, 'enc.2.resid') or patch(model, cache, activation_sites(model))")
     chosen = [dataclasses.replace(site, name=part) for item in sites for site in [_as_site(item)]
               for part in _expand(site.name)]
     known = activation_sites(model)

@@ -74,11 +74,20 @@ def model_dir(name: str, root: str | Path | None = None) -> Path:
     return root / name
 
 
+def restore_hint(folder: str | Path) -> str:
+    """How to get a model folder's files back: the package's own folder from git or pip, a copy from its source."""
+    if Path(folder).resolve().is_relative_to(WEIGHTS_DIR.resolve()):
+        return ("restore it with `git checkout -- workbench/pretrained` or reinstall the package (pip install "
+                "--force-reinstall attention-workbench)")
+    return (f"copy the folder {folder} again from where it came from, or build it again with `workbench pretrained "
+            "build`")
+
+
 def verify_manifest(folder: str | Path, required: Sequence[str] = (), error: type[Exception] | None = None,
-                    fix: str = "restore it with `git checkout -- workbench/pretrained` or reinstall the package",
-                    only: Sequence[str] | None = None) -> dict[str, str]:
-    """:func:`workbench.translation.files.verify_manifest` with :class:`PretrainedError` as its default error."""
-    return files.verify_manifest(folder, required, error or PretrainedError, fix, only)
+                    fix: str | None = None, only: Sequence[str] | None = None) -> dict[str, str]:
+    """:func:`workbench.translation.files.verify_manifest` with :class:`PretrainedError` as its default error and
+    :func:`restore_hint` as its default advice."""
+    return files.verify_manifest(folder, required, error or PretrainedError, fix or restore_hint(folder), only)
 
 
 def read_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
@@ -101,14 +110,12 @@ def verify_pretrained(name: str, root: str | Path | None = None) -> dict[str, An
         if fname not in recorded:
             raise PretrainedError(f"{folder / 'card.json'} records no SHA-256 for {fname}: the card is incomplete")
         if not path.exists():
-            raise PretrainedError(f"{path} is missing: reinstall the package (pip install --force-reinstall "
-                                  "attention-workbench) or restore it with `git checkout -- workbench/pretrained`")
+            raise PretrainedError(f"{path} is missing: {restore_hint(folder)}")
         actual = sha256_file(path)
         if actual != recorded[fname]:
             raise PretrainedError(
                 f"{path} does not match its recorded SHA-256 (expected {recorded[fname][:12]}..., found "
-                f"{actual[:12]}...): the file was changed or truncated. It was left as it is; restore it with "
-                "`git checkout -- workbench/pretrained` or reinstall the package"
+                f"{actual[:12]}...): the file was changed or truncated. It was left as it is; {restore_hint(folder)}"
             )
     return card
 

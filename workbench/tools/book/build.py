@@ -227,6 +227,12 @@ def build_book(
     """
     from workbench.tools.book.runner import run_series
 
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise BookError(f"--jobs {jobs!r}: run 1 notebook at a time or more (the default: 2 on a machine with 2 or "
+                        "more cores)")
+    if from_reports is not None and (threads is not None or timeout is not None or (jobs or 1) > 1):
+        raise BookError("--jobs, --threads and a timeout apply when the notebooks run: drop them with "
+                        "--from-reports, or drop --from-reports to run the notebooks again")
     out = Path(out).expanduser().resolve()
     _check_out(out)  # before the notebooks run: a wrong --out is refused at once, not after the whole series
     t0 = time.perf_counter()

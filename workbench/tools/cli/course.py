@@ -110,6 +110,9 @@ def _check_grade_options(args: argparse.Namespace) -> None:
     if args.jobs is not None and args.jobs < 1:
         raise WorkbenchError(f"--jobs {args.jobs}: grade at least 1 notebook at a time")
     target, out = Path(args.target).expanduser().resolve(), Path(args.out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise WorkbenchError(f"--out {args.out} is a file: the gradebook is a folder (gradebook.csv, totals.csv, "
+                             "gradebook.json); name a folder, new or one that holds an earlier gradebook")
     if out == target or out.is_relative_to(target):
         raise WorkbenchError(f"--out {args.out} lies inside the class folder {args.target}: write the gradebook "
                              "outside it (the default is ./gradebook)")
