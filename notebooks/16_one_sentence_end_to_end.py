@@ -267,7 +267,8 @@ metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=l
 #
 # Before the search's own ranking below, write it: given the summed log-probabilities `logp` of $N$ finished
 # hypotheses and their lengths $|Y|$ (generated tokens, `<eos>` included, the start token not), return every
-# normalised score $\log P(Y) / lp(Y)$ with $lp(Y) = ((5 + |Y|)/6)^\alpha$, and the index of the best one.
+# normalised score $\log P(Y) / lp(Y)$ with $lp(Y) = ((5 + |Y|)/6)^\alpha$, and the index of the best one (a
+# Python `int`; on a tie, the first of the tied hypotheses, as `torch.argmax` and the search choose).
 #
 # Shapes: `logp` (N,) float, `lengths` (N,) long, `alpha` a float → ((N,) float, an int).
 

@@ -907,6 +907,16 @@ def rerank_calls_package(logp, lengths, alpha):
     return out, int(out.argmax())
 
 
+def rerank_sorted_last(logp, lengths, alpha):
+    out = logp / ((5 + lengths) / 6) ** alpha
+    return out, sorted(range(len(out)), key=lambda i: float(out[i]))[-1]  # of tied scores, the last one
+
+
+def rerank_index_as_float(logp, lengths, alpha):
+    out = logp / ((5 + lengths) / 6) ** alpha
+    return out, out.argmax().float()  # hyps[index] would fail: not an int
+
+
 # -- 15 -------------------------------------------------------------------------------------------------------------
 def merges_consumed(word, merges):
     symbols = list(word)
@@ -1293,7 +1303,8 @@ WRONG = {
     "13.integrated_gradients": [ig_in_place, ig_twenty_steps, ig_midpoint, ig_zero_baseline_assumed, ig_captum],
     "14.patch_hook": [hook_fills_cached, hook_detached, hook_first_sentence, hook_counted_from_end, hook_writes_into_output,
                       hook_writes_into_output_returns_none],
-    "16.rerank_finished": [rerank_in_place, rerank_cut, rerank_alpha_fixed, rerank_calls_package],
+    "16.rerank_finished": [rerank_in_place, rerank_cut, rerank_alpha_fixed, rerank_calls_package, rerank_sorted_last,
+                           rerank_index_as_float],
     "08.apply_merges": [merges_consumed, merges_marker_dropped, merges_sorted_alphabetically, merges_calls_package],
     "08.padding_stats": [padding_no_guard, padding_sorts_batches, padding_two_sides, padding_percent, padding_calls_package],
     "17.marian_positions": [marian_float64, marian_even_only, marian_from_the_package],

@@ -61,7 +61,8 @@ def difference(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-4, path
             return f"NaN at {idx} where the expected value is {w[idx].item():.4g}{_where(path)}"
         if torch.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True):
             return None
-        err = (g - w).abs().nan_to_num(nan=math.inf)
+        same = (g == w) | (torch.isnan(g) & torch.isnan(w))  # equal infinities and NaN where NaN differ by nothing
+        err = torch.where(same, 0.0, (g - w).abs()).nan_to_num(nan=math.inf, posinf=math.inf)
         idx = tuple(int(i) for i in divmod_index(int(err.argmax()), tuple(w.shape)))
         return (f"largest difference {err[idx].item():.3g} at index {idx}: yours {g[idx].item():.4g}, "
                 f"expected {w[idx].item():.4g}{_where(path)}")
@@ -82,10 +83,15 @@ def difference(got: Any, want: Any, atol: float = 1e-5, rtol: float = 1e-4, path
                 return d
         return None
     if isinstance(want, float) or (isinstance(want, int) and not isinstance(want, bool)):
+        if isinstance(want, int) and isinstance(got, Tensor) and got.numel() == 1 and \
+                (got.dtype.is_floating_point or got.dtype.is_complex or got.dtype == torch.bool):
+            return f"returned a {got.dtype} tensor, expected an int ({want}){_where(path)}"
         if isinstance(got, Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             return f"returned {_describe(got)}, expected a number ({want:.4g}){_where(path)}"
+        if isinstance(want, int) and isinstance(got, float):  # an index or a count: 2.0 cannot index a list
+            return f"returned the float {got!r}, expected an int ({want}): convert with int(...){_where(path)}"
         if math.isnan(got) and not math.isnan(want):
             return f"NaN where the expected value is {want:.4g}{_where(path)}"
         if math.isclose(got, want, rel_tol=rtol, abs_tol=atol):

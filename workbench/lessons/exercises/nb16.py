@@ -38,7 +38,9 @@ def _cases() -> list[Case]:
                                                                   dtype=torch.float64),
             Case("1 hypothesis, alpha 1.0", (torch.tensor([-3.2], dtype=torch.float64), torch.tensor([4]), 1.0)),
             Case("alpha changes the winner: short -2.0 (2 tokens) or long -3.1 (6 tokens), alpha 1.5",
-                 (torch.tensor([-2.0, -3.1]), torch.tensor([2, 6]), 1.5))]
+                 (torch.tensor([-2.0, -3.1]), torch.tensor([2, 6]), 1.5)),
+            Case("a tie: hypotheses 1 and 2 score the same (the first of them wins, as in the search), alpha 0.6",
+                 (torch.tensor([-5.0, -2.0, -2.0, -4.0]), torch.tensor([3, 3, 3, 3]), 0.6))]
 
 
 def _draw(rng) -> Case:
@@ -60,6 +62,9 @@ register(Exercise(
                 "hypotheses lose more", lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp * _lp(n, a))),
         Mistake("lowest score wins", "log-probabilities are negative: the best hypothesis has the highest (least "
                 "negative) normalised score", lambda lp, n, a: (lambda s: (s, int(s.argmin())))(lp / _lp(n, a))),
+        Mistake("the last of tied hypotheses wins", "on a tie the first of the tied hypotheses wins, as torch.argmax "
+                "and the search choose", lambda lp, n, a: (lambda s: (s, len(s) - 1 - int(s.flip(0).argmax())))(
+                    lp / _lp(n, a))),
         Mistake("divided by the plain length", "the GNMT penalty is ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha",
                 lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp / n.to(lp.dtype) ** a)),
     )))
