@@ -225,6 +225,21 @@ def test_fit_auto_follows_the_probe_and_says_why(bf16_units, tiny_translator, mo
         torch.testing.assert_close(a, b.detach(), rtol=0, atol=1e-6)
 
 
+def test_a_run_resumed_again_and_again_says_why_once():
+    from workbench.translation.train import History, _choose_precision
+
+    history = History()
+    history.precision, history.precision_reason = "bf16", "a training step took 500 ms in bf16, 1000 ms in fp32"
+    cfg = TrainConfig(max_steps=1, precision="auto", device="cpu")
+    reasons = []
+    for _ in range(3):  # three resumes, each recording what the next one reads
+        chosen = _choose_precision(torch.nn.Linear(1, 1), cfg, torch.device("cpu"), [], [], 0, False, history)
+        history.precision, history.precision_reason = chosen.name, chosen.reason
+        reasons.append(chosen.reason)
+    assert chosen.name == "bf16"
+    assert reasons == ["resumed in the run's format (a training step took 500 ms in bf16, 1000 ms in fp32)"] * 3
+
+
 def test_translate_in_bf16_and_auto(bf16_units, tiny_translator, monkeypatch):
     model, tok = tiny_translator
     model.eval()

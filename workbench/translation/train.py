@@ -220,6 +220,9 @@ def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, st
     return run, start_epoch
 
 
+RESUMED = "resumed in the run's format"  # the start of a resumed auto run's precision_reason
+
+
 def _choose_precision(model: nn.Module, cfg: TrainConfig, device: torch.device, train_src: list[list[int]],
                       train_tgt: list[list[int]], pad_id: int, distributed: bool, history: History) -> Precision:
     """``cfg.precision`` resolved on ``device`` (:func:`workbench.runtime.choose_precision`), logged in one line.
@@ -230,7 +233,10 @@ def _choose_precision(model: nn.Module, cfg: TrainConfig, device: torch.device, 
     resumed ``auto`` run keeps the format it started in (``history.precision``), so it goes on as it began.
     """
     if cfg.precision == "auto" and history.precision:
-        precision = Precision(history.precision, f"resumed in the run's format ({history.precision_reason})")
+        reason = history.precision_reason  # said once, however many times the run resumes
+        if not reason.startswith(RESUMED):
+            reason = f"{RESUMED} ({reason})"
+        precision = Precision(history.precision, reason)
         log.info("precision %s: %s", precision.name, precision.reason)
         return precision
     probe = None
