@@ -234,6 +234,11 @@ def _c_cuda(tmp_path, mp):
     wb.pretrained("small-de-en", device="cuda:0")
 
 
+@case("a shipped model on torch's meta device", wb.ConfigError, r"device 'meta' cannot run the workbench")
+def _c_meta(tmp_path, mp):
+    wb.pretrained("small-de-en", device="meta")
+
+
 @case("integrated gradients with 0 steps", wb.AttributionError, r"n_steps=0: integrated gradients needs 1 or more steps")
 def _c_ig_steps(tmp_path, mp):
     model = _model()
@@ -578,6 +583,12 @@ def _k19(tmp_path, mp, fr):
 def _k20(tmp_path, mp, fr):
     run, _ = _copy_run(fr, tmp_path)
     return ["translate", "--checkpoint", str(run), "ein mann", os.fsdecode(b"der b\xe4r")]
+
+
+@cli_case("translate on torch's meta device", r"device 'meta' cannot run the workbench: use 'auto', 'cpu'")
+def _k20b(tmp_path, mp, fr):
+    run, _ = _copy_run(fr, tmp_path)
+    return ["translate", "--checkpoint", str(run), "--device", "meta", "ein mann"]
 
 
 @cli_case("translate --checkpoint that does not exist", r"checkpoint .*/lats.pt does not exist")

@@ -51,6 +51,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         dev = torch.device(device)
     except RuntimeError as exc:
         raise ConfigError(f"unknown device {device!r}: use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'") from exc
+    if dev.type not in ("cpu", "cuda", "mps"):  # meta, xpu, ...: torch knows them, the workbench does not run there
+        raise ConfigError(f"device {device!r} cannot run the workbench: use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r} asked for but CUDA is not available: use device='auto' or 'cpu'")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
