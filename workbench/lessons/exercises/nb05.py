@@ -87,7 +87,9 @@ def attend_with_cache(x_new: Tensor, cache: KVStore, W_q: Tensor, W_k: Tensor, W
     cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], dim=1)  # (B, t+1, D)
     cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], dim=1)
     q = x_new @ W_q
-    out, _ = scaled_dot_product_attention(q[:, None], cache.k[:, None], cache.v[:, None])  # one head: (B, 1, 1, D)
+    # the explicit path: its gradients are the reference, and the fused kernel's float32 backward loses the tiny
+    # gradients of a saturated softmax on some CPUs (4e-4 where the exact value is 1e-10, on AVX-512)
+    out, _ = scaled_dot_product_attention(q[:, None], cache.k[:, None], cache.v[:, None], need_weights=True)  # (B, 1, 1, D)
     return out[:, 0]
 
 
@@ -116,7 +118,8 @@ def run_and_watch_cache(step, x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) 
 
 def full_causal_attention(x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor) -> Tensor:
     """The same attention in one pass with the causal mask (what training computes). Shapes: (B, T, D) -> (B, T, D)."""
-    out, _ = scaled_dot_product_attention((x @ W_q)[:, None], (x @ W_k)[:, None], (x @ W_v)[:, None], is_causal=True)
+    out, _ = scaled_dot_product_attention((x @ W_q)[:, None], (x @ W_k)[:, None], (x @ W_v)[:, None], is_causal=True,
+                                          need_weights=True)  # the explicit path, as attend_with_cache
     return out[:, 0]
 
 
