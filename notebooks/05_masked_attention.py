@@ -231,7 +231,8 @@ metrics.update(no_leak=leak["past_identical"], past_max_diff=leak["past_max_diff
 #
 # Project the new position ($q = x W_q$, $k = x W_k$, $v = x W_v$), append its key and value to `cache.k` and `cache.v` (None before the first step; concatenate along the positions), then attend from $q$ to every cached position, itself included: $\mathrm{softmax}(qK^\top/\sqrt{D})V$.
 #
-# Shapes: `x_new` (B, 1, D), `cache.k`, `cache.v` (B, t, D) → (B, 1, D); the cache grows to (B, t+1, D).
+# Shapes: `x_new` (B, 1, D), `cache.k`, `cache.v` (B, t, D) → (B, 1, D); the cache grows to (B, t+1, D). The check
+# also takes gradients through it, as through every attention exercise: write it without `torch.no_grad()`.
 
 # %% tags=["exercise", "hide-input"]
 import math

@@ -479,6 +479,7 @@ result
 # One step of beam search: every beam $b$ extended by every token $w$ scores `scores[b] + logp[b, w]`; keep the $K$ best of the $K \cdot V$ candidates of each sentence, with the beam each came from and its token.
 #
 # Shapes: `scores` (B, K), `logp` (B, K, V) → new scores (B, K), beam (B, K) long, token (B, K) long, best first.
+# The check also takes gradients through the new scores: write it in torch operations, without `torch.no_grad()`.
 
 # %% tags=["exercise", "hide-input"]
 def beam_step(scores, logp):

@@ -270,7 +270,8 @@ metrics.update(traced_equals_beam_search=traced_equals_beam_search, beam_nodes=l
 # normalised score $\log P(Y) / lp(Y)$ with $lp(Y) = ((5 + |Y|)/6)^\alpha$, and the index of the best one (a
 # Python `int`; on a tie, the first of the tied hypotheses, as `torch.argmax` and the search choose).
 #
-# Shapes: `logp` (N,) float, `lengths` (N,) long, `alpha` a float → ((N,) float, an int).
+# Shapes: `logp` (N,) float, `lengths` (N,) long, `alpha` a float → ((N,) float, an int). The check also takes
+# gradients through the scores: write them in torch operations, without `torch.no_grad()`.
 
 # %% tags=["exercise", "hide-input"]
 def rerank_finished(logp, lengths, alpha):

@@ -1312,6 +1312,177 @@ WRONG = {
     "18.decision_layer": [decided_stabilised_in_place, decided_by_probability, decided_as_float, decided_calls_package],
 }
 
+
+# -- the third outside probe's wrong answers that passed (a fill that is not -inf, float64 computed in float32 and
+# cast back, a tensor or numpy number where a Python int or float is asked, probabilities that underflow, ties,
+# floating logarithms with a fudge term, the verdict judged on the standard deviation, requires_grad set on the
+# caller's tensor)
+def _softmax_then_renormalise(e, mask):
+    w = torch.softmax(e, -1) * mask
+    return w / w.sum(-1, keepdim=True)  # 0/0 when a padded score dominates the row
+
+
+def _padding_filled_with_minus_30(e, mask):
+    return torch.softmax(e.masked_fill(~mask, -30.0), -1)
+
+
+def _weights_filled_with_minus_100(q, k, mask=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, -100.0)
+    w = torch.softmax(s, -1)
+    return w.masked_fill(~mask.any(-1, keepdim=True), 0.0) if mask is not None else w
+
+
+def _mha_filled_with_minus_100(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    B, T, D = x.shape
+    q, k, v = ((x @ W).view(B, T, n_heads, D // n_heads).transpose(1, 2) for W in (W_q, W_k, W_v))
+    s = q @ k.transpose(-2, -1) / math.sqrt(D // n_heads)
+    if mask is not None:
+        s = s.masked_fill(~mask, -100.0)
+    return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, D) @ W_o
+
+
+def _distance_with_epsilon(table):
+    d = table[:, None, :] - table[None, :, :]
+    return ((d ** 2).sum(-1) + 1e-12).sqrt()
+
+
+def _distance_in_float32(table):
+    return torch.cdist(table.float(), table.float()).to(table.dtype)
+
+
+def _cache_step_in_float32(x_new, cache, W_q, W_k, W_v):
+    k_new, v_new = x_new @ W_k, x_new @ W_v
+    cache.k = k_new if cache.k is None else torch.cat([cache.k, k_new], 1)
+    cache.v = v_new if cache.v is None else torch.cat([cache.v, v_new], 1)
+    q, K, V = (x_new @ W_q).float(), cache.k.float(), cache.v.float()
+    return (torch.softmax(q @ K.transpose(1, 2) / math.sqrt(x_new.shape[-1]), -1) @ V).to(x_new.dtype)
+
+
+def _greedy_keeps_tensors(next_logits, bos_id, eos_id, max_len):
+    prefix = [bos_id]
+    for t in range(max_len):
+        nxt = next_logits(prefix).argmax() if t + 1 < max_len else torch.tensor(eos_id)
+        prefix.append(nxt)  # a 0-d tensor, not an int
+        if nxt == eos_id:
+            break
+    return prefix[1:]
+
+
+def _greedy_tensor_prefix(next_logits, bos_id, eos_id, max_len):
+    prefix = torch.tensor([bos_id])
+    for t in range(max_len):
+        nxt = eos_id if t + 1 >= max_len else int(next_logits(prefix).argmax())
+        prefix = torch.cat([prefix, torch.tensor([nxt])])
+        if nxt == eos_id:
+            break
+    return prefix[1:].tolist()
+
+
+def _layer_norm_in_float32(x, gamma, beta, eps=1e-5):
+    xf = x.float()
+    m, v = xf.mean(-1, keepdim=True), xf.var(-1, keepdim=True, unbiased=False)
+    return ((xf - m) / torch.sqrt(v + eps) * gamma.float() + beta.float()).to(x.dtype)
+
+
+def _rate_as_tensor(step, d_model, warmup):
+    s = torch.tensor(float(step))
+    return d_model ** -0.5 * torch.minimum(s ** -0.5, s * warmup ** -1.5)
+
+
+def _shift_as_list(tgt):
+    return [tgt[:, :-1], tgt[:, 1:]]
+
+
+def _average_summed_in_float32(state_dicts):
+    return {k: (sum(sd[k].float() for sd in state_dicts) / len(state_dicts)).to(state_dicts[-1][k].dtype)
+            for k in state_dicts[-1]}
+
+
+def _beam_by_probabilities(scores, logp):
+    B, K, V = logp.shape
+    p = (scores[..., None].exp() * logp.exp()).reshape(B, -1)  # exp(-120) underflows
+    top, idx = p.topk(K)
+    return top.log(), idx // V, idx % V
+
+
+def _ngrams_as_tensors(hyp, ref, n):
+    grams = lambda t: Counter(tuple(t[i:i + n]) for i in range(len(t) - n + 1))  # noqa: E731
+    h, r = grams(hyp), grams(ref)
+    return torch.tensor(sum(min(c, r[g]) for g, c in h.items())), torch.tensor(sum(h.values()))
+
+
+def _brevity_as_tensor(hyp_len, ref_len):
+    if hyp_len >= ref_len:
+        return torch.tensor(1.0)
+    return torch.tensor(0.0) if hyp_len == 0 else torch.exp(torch.tensor(1 - ref_len / hyp_len))
+
+
+def _path_log_minus_epsilon(kind, n, k=3, r=8, dilated=False):
+    if kind == "recurrent":
+        return max(n, 1)
+    if n <= 1 or kind == "self_attention":
+        return 1
+    if kind == "convolutional" and dilated:
+        return math.ceil(math.log(n, k) - 1e-9)  # a fudge term for the float log: wrong at 2**31 + 1
+    return -(-(n - 1) // ((k - 1) // 2 if kind == "convolutional" else r // 2))
+
+
+def _verdict_on_the_deviation(base, variant, direction, factor=2.0):
+    d = [v - b for b, v in zip(base, variant, strict=True)]
+    mean, sd = statistics.fmean(d), statistics.stdev(d)
+    t, m = direction * mean, factor * sd  # the margin it reports is the standard error's, the verdict not
+    verdict = ("agrees" if abs(mean) <= m else "differs") if direction == 0 else (
+        "agrees" if t > m else "opposite" if t < -m else "within noise")
+    return mean, factor * sd / math.sqrt(len(d)), verdict
+
+
+def _ig_marks_the_callers_input(f, x, baseline, n_steps):
+    x.requires_grad_(True)
+    xd, total = x.detach(), torch.zeros_like(x.detach())
+    for step in range(1, n_steps + 1):
+        p = (baseline + step / n_steps * (xd - baseline)).detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(f(p).sum(), p)
+        total = total + g
+    return (xd - baseline) * total / n_steps
+
+
+def _rerank_by_topk(logp, lengths, alpha):
+    s = logp / ((5.0 + lengths.to(logp.dtype)) / 6.0) ** alpha
+    return s, int(s.topk(1).indices[0])  # topk does not keep the first of tied scores
+
+
+def _rerank_numpy_index(logp, lengths, alpha):
+    import numpy as np
+
+    s = logp / ((5.0 + lengths.to(logp.dtype)) / 6.0) ** alpha
+    return s, np.argmax(s.detach().numpy())
+
+
+PROBE3 = {
+    "01.attention_distribution": [_softmax_then_renormalise, _padding_filled_with_minus_30],
+    "02.attention_weights": [_weights_filled_with_minus_100],
+    "03.multi_head_attention": [_mha_filled_with_minus_100],
+    "04.distance_matrix": [_distance_with_epsilon, _distance_in_float32],
+    "05.attend_with_cache": [_cache_step_in_float32],
+    "05.greedy_loop": [_greedy_keeps_tensors, _greedy_tensor_prefix],
+    "06.layer_norm": [_layer_norm_in_float32],
+    "07.rate": [_rate_as_tensor],
+    "07.shift_target": [_shift_as_list],
+    "07.average_checkpoints": [_average_summed_in_float32],
+    "07.beam_step": [_beam_by_probabilities],
+    "09.ngram_matches": [_ngrams_as_tensors],
+    "09.brevity_penalty": [_brevity_as_tensor],
+    "11.path_length": [_path_log_minus_epsilon],
+    "12.paired_verdict": [_verdict_on_the_deviation],
+    "13.integrated_gradients": [_ig_marks_the_callers_input],
+    "16.rerank_finished": [_rerank_by_topk, _rerank_numpy_index],
+}
+
+for _eid, _fns in PROBE3.items():
+    WRONG[_eid] = [*WRONG[_eid], *_fns]
+
 CASES = [(eid, fn) for eid, fns in WRONG.items() for fn in fns]
 
 

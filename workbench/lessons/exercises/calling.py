@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import random
 import signal
 import sys
 import threading
@@ -13,6 +14,7 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -35,6 +37,9 @@ def _fresh(args: tuple) -> tuple:
     return copy.deepcopy(args)
 
 
+IMPORT_GRACE = 60.0  # seconds past the time limit that an import under way may take to finish before it is stopped
+
+
 def _call_with_limit(fn: Callable[..., Any], args: tuple, seconds: float) -> Any:
     """``fn(*args)``, interrupted after ``seconds`` where an alarm signal can be used (the main thread on Unix)."""
     if seconds <= 0:
@@ -43,7 +48,17 @@ def _call_with_limit(fn: Callable[..., Any], args: tuple, seconds: float) -> Any
     if not use_alarm:
         return fn(*args)
 
-    def on_alarm(_signum: int, _frame: Any) -> None:
+    grace = [IMPORT_GRACE]
+
+    def on_alarm(_signum: int, frame: Any) -> None:
+        # never inside an import: a module interrupted half-way stays broken in sys.modules for the whole kernel
+        # (torch imports sympy on first use of some functions); stop just after the import instead
+        while frame is not None and grace[0] > 0:
+            if frame.f_code.co_filename.startswith("<frozen importlib"):
+                grace[0] -= 0.2
+                signal.setitimer(signal.ITIMER_REAL, 0.2)
+                return
+            frame = frame.f_back
         raise _TimeLimit
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
@@ -288,3 +303,27 @@ def _grad_label(name: str, names: Sequence[str]) -> str:
         if i < len(names):
             return f"{head} (`{names[i]}`){sep}{rest}"
     return name
+
+
+@contextlib.contextmanager
+def _rng_kept() -> Iterator[None]:
+    """Leave the lesson's random streams (torch, numpy, random) as they were, whatever the check draws: a lesson's
+    numbers do not depend on whether an exercise passed."""
+    py, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(np_state)
+
+
+def _requires_grad(x: Any, depth: int = 0) -> list[bool]:
+    """``requires_grad`` of every tensor in ``x`` (tuples, lists and dict values, in order): plain data, so an
+    observation records whether the function switched it on the caller's tensors."""
+    if isinstance(x, Tensor):
+        return [bool(x.requires_grad)]
+    if depth > 8:
+        return []
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (tuple, list)) else ()
+    return [flag for v in items for flag in _requires_grad(v, depth + 1)]

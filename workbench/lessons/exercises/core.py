@@ -32,13 +32,11 @@ import contextlib
 import functools
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
-from torch import Tensor
 
 from workbench.lessons.exercises.calling import (
     PackageAnswerCalled,
@@ -49,6 +47,8 @@ from workbench.lessons.exercises.calling import (
     _fresh,
     _grad_label,
     _package_answer_unavailable,
+    _requires_grad,
+    _rng_kept,
     _run,
     _TimeLimit,
     gradients,
@@ -110,7 +110,10 @@ class Exercise:
     driver: Callable[..., Any] | None = None  # driver(fn, *args) runs fn (e.g. step by step); None: fn(*args)
     atol: float = 1e-5
     rtol: float = 1e-4
-    atol_float64: float | None = None  # a tighter atol for float64 outputs, where atol excuses float32 rounding
+    # float64 tensors are judged to these: atol/rtol excuse float32 rounding, and an answer that computes a float64
+    # input in float32 and casts back is off by about 1e-7 (an exercise with cancellation in float64 sets its own)
+    atol_float64: float = 1e-9
+    rtol_float64: float = 1e-9
     draw: Callable[[random.Random], Case] | None = None  # one random input (shapes, sizes, dtypes) from a generator
     differentiable: bool = False  # gradients w.r.t. the floating-point inputs must flow and equal the reference's
     package: tuple[str, ...] = ()  # dotted names of the package's answer, unavailable while the student's fn runs
@@ -212,6 +215,7 @@ def observe(exercise_id: str, fn: Callable[..., Any], seed: int = 0, time_limit:
                     out = _call_with_limit(lambda *a: _run(ex, fn, a), args, remaining)
                 entry["output"] = plain(out)
                 entry["inputs_after"] = plain(args)
+                entry["requires_grad_after"] = _requires_grad(args)
                 if ex.differentiable and _all_on_cpu(out):  # a wrong device already fails: no backward on it
                     remaining = time_limit - (time.perf_counter() - start)
                     try:
@@ -311,19 +315,6 @@ def check(exercise_id: str, fn: Callable[..., Any], time_limit: float = TIME_LIM
     return result
 
 
-@contextlib.contextmanager
-def _rng_kept() -> Iterator[None]:
-    """Leave the lesson's random streams (torch, numpy, random) as they were, whatever the check draws: a lesson's
-    numbers do not depend on whether an exercise passed."""
-    py, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        try:
-            yield
-        finally:
-            random.setstate(py)
-            np.random.set_state(np_state)
-
-
 def _split(ex: Exercise, out: Any) -> tuple[Any, Any]:
     """(the output proper, the filled objects) of a driver's output, per :attr:`Exercise.fills`."""
     if ex.fills and isinstance(out, dict) and OPAQUE not in out:
@@ -392,12 +383,11 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws:
     for c, g, w in zip(cases, gots, wants, strict=True):
         g_out, g_fill = _split(ex, g)
         w_out, w_fill = _split(ex, w)
-        tight = ex.atol_float64 is not None and isinstance(w_out, Tensor) and w_out.dtype == torch.float64
-        d = difference(g_out, w_out, ex.atol_float64 if tight else ex.atol, ex.rtol)
+        d = difference(g_out, w_out, ex.atol, ex.rtol, float64=(ex.atol_float64, ex.rtol_float64))
         if d:
             value_problems.append((c, d, g_out, w_out))
         if ex.fills:
-            d = difference(g_fill, w_fill, ex.atol, ex.rtol)
+            d = difference(g_fill, w_fill, ex.atol, ex.rtol, float64=(ex.atol_float64, ex.rtol_float64))
             if d:
                 fill_problems.append((c, d))
     if value_problems or fill_problems:
@@ -425,6 +415,16 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws:
                                   f"{_show_value(w_out)}")
         return result(FAILED, f"on input '{case.name}': {problem}; yours {_show_value(g_out)}, expected "
                       f"{_show_value(w_out)}")
+    # every right output has the invariants exactly (a fill of -100 for -inf: weight 1e-44, within tolerance, not 0)
+    for inv in ex.invariants:
+        for c, g in zip(cases, gots, strict=True):
+            broken = None
+            with contextlib.suppress(Exception):
+                broken = inv.test(_fresh(c.args), _split(ex, g)[0])
+            if broken:
+                props.append(Property(values_name, False, f"breaks '{inv.name}'"))
+                return result(FAILED, f"breaks '{inv.name}': {broken} (on input '{c.name}'), though its values are "
+                              "within the tolerance")
     props.append(Property(values_name, True))
     if ex.fills:
         if fill_problems:
@@ -443,6 +443,13 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws:
                           f"{_argument(which, _arg_names(ex))}): the "
                           "caller's tensors must be left as they were; work on new tensors (x = x * 2, not x *= 2 "
                           "or x.mul_(2))")
+        flags = e.get("requires_grad_after")
+        if flags is not None and flags != _requires_grad(c.args):
+            which = next(i for i, (a, b) in enumerate(zip(flags, _requires_grad(c.args), strict=False)) if a != b)
+            d = "sets requires_grad on the caller's tensor" if flags[which] else "turns off requires_grad of the caller's tensor"
+            props.append(Property("the caller's inputs unchanged", False, d))
+            return result(FAILED, f"{d} (on input '{c.name}', its tensor input {which + 1}): leave the caller's "
+                          "tensors as they were; take gradients on a copy (x = x.detach().requires_grad_())")
     props.append(Property("the caller's inputs unchanged", True))
 
     # 3. gradients flow where the reference's flow, and equal them
@@ -452,8 +459,8 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws:
             if e.get("grad_error"):
                 props.append(Property("gradients flow to the inputs and equal the package's", False, e["grad_error"]))
                 return result(FAILED, f"gradients cannot flow through it (on input '{c.name}': {e['grad_error']}): "
-                              "keep the computation in torch operations on the inputs, without .item(), .numpy(), "
-                              "in-place writes or torch.tensor(...) around a result")
+                              "keep the computation in torch operations on the inputs, without torch.no_grad(), "
+                              ".item(), .numpy(), in-place writes or torch.tensor(...) around a result")
             got = e.get("grads") or {}
             for name, w in want.items():
                 if w is None or not bool((w != 0).any()):
@@ -464,8 +471,8 @@ def _judge(ex: Exercise, observation: dict[str, Any], seed: int | None, n_draws:
                     props.append(Property("gradients flow to the inputs and equal the package's", False,
                                           f"none reach {name}"))
                     return result(FAILED, f"no gradient reaches {name} (on input '{c.name}'), where the package's "
-                                  "does: the result was cut from the graph (.item(), .detach(), .numpy(), "
-                                  "torch.tensor(...) or an in-place write into a new tensor)")
+                                  "does: the result was cut from the graph (torch.no_grad(), .item(), .detach(), "
+                                  ".numpy(), torch.tensor(...) or an in-place write into a new tensor)")
                 d = difference(g, w, ex.atol * 10, ex.rtol * 10)
                 if d:
                     props.append(Property("gradients flow to the inputs and equal the package's", False, d))

@@ -81,7 +81,10 @@ def _dist_cases() -> list[Case]:
                                             torch.tensor([[False, True, True, False], [True, False, True, True]]))),
             Case("large scores (exp overflows unless the row's maximum is taken off first)",
                  (torch.tensor([[100.0, 0.0, -50.0, 3.0], [80.0, 90.0, 0.0, 1.0]]),
-                  torch.tensor([[True, True, True, False], [True, True, True, True]])))]
+                  torch.tensor([[True, True, True, False], [True, True, True, True]]))),
+            Case("a padded position with the largest score by far",
+                 (torch.tensor([[0.0, 200.0, 1.0], [-3.0, 150.0, 150.0]]),
+                  torch.tensor([[True, False, True], [True, False, True]])))]
 
 
 def _dist_draw(rng) -> Case:

@@ -163,7 +163,8 @@ register(Exercise(
     "02.attention_weights", "the attention weights softmax(QKᵀ/√d_k) with a mask", attention_weights,
     lambda: [Case(c.name, (c.args[0], c.args[1], c.args[3])) for c in [*cases(), _ragged_case()]],
     draw=lambda rng: (lambda c: Case(c.name, (c.args[0], c.args[1], c.args[3])))(draw(rng)),
-    differentiable=True, package=(*PACKAGE, "torch.nn.functional.scaled_dot_product_attention"),  # (on identity
+    differentiable=True, package=(*PACKAGE, "torch.nn.functional.scaled_dot_product_attention",
+             "torch._C._nn.scaled_dot_product_attention"),  # (on identity
     invariants=WEIGHT_INVARIANTS,  # values it returns the weights)
     mistakes=(*WEIGHT_MISTAKES, Mistake(*MASKED_AFTER_SOFTMAX, _masked_after_softmax)),
 ))
@@ -181,7 +182,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Te
 register(Exercise(
     "02.attention", "the attention output softmax(QKᵀ/√d_k) V", attention, lambda: [*cases(), _ragged_case()],
     draw=draw, differentiable=True, invariants=(P.no_nan(),),
-    package=(*PACKAGE[1:], "torch.nn.functional.scaled_dot_product_attention"),  # written by hand in this lesson
+    package=(*PACKAGE[1:], "torch.nn.functional.scaled_dot_product_attention",
+             "torch._C._nn.scaled_dot_product_attention"),  # written by hand in this lesson
     mistakes=(
         Mistake(*MASKED_AFTER_SOFTMAX, lambda q, k, v, mask: _masked_after_softmax(q, k, mask) @ v),
         Mistake("fully masked rows give NaN", "a query with no allowed key must give a zero output, not NaN: zero "

@@ -127,7 +127,9 @@ def multi_head_attention(x: Tensor, W_q: Tensor, W_k: Tensor, W_v: Tensor, W_o: 
     mha = MultiHeadAttention(D, n_heads, bias=False).to(x.dtype).eval()
     weights = {"in_proj_weight": torch.cat([W_q, W_k, W_v], dim=1).T,  # rows: W^Q, W^K, W^V (as nn.Linear)
                "out_proj.weight": W_o.T}
-    return torch.func.functional_call(mha, weights, (x,), {"mask": mask})[0]  # differentiable in the weights too
+    # differentiable in the weights too; the explicit path, whose gradients are exact enough to judge by (the fused
+    # kernel's float32 backward loses a saturated softmax's tiny gradients on some CPUs)
+    return torch.func.functional_call(mha, weights, (x,), {"mask": mask, "need_weights": True})[0]
 
 
 def _mha_case(B: int, T: int, D: int, H: int, seed: int, dtype: torch.dtype = torch.float32,
@@ -162,7 +164,19 @@ def _mha_cases() -> list[Case]:
             Case("batch 1, length 1, 2 heads", _mha_case(1, 1, 8, 2, 3)),
             Case("1 head", _mha_case(2, 4, 6, 1, 4)),
             Case("5 heads, float64", _mha_case(2, 4, 10, 5, 5, torch.float64, pad=True)),
-            Case("large scores (exp overflows unless the row's maximum is taken off first)", _mha_large())]
+            Case("large scores (exp overflows unless the row's maximum is taken off first)", _mha_large()),
+            Case("real keys scoring about -800 (a finite fill such as -100 lets the padded key through)",
+                 _mha_far_below())]
+
+
+def _mha_far_below() -> tuple:
+    """Identity projections, 1 head: position 0 is padding, and against its query every real key scores about -800
+    (rows of opposite signs), so a fill of -50, -100 or -500 lets the padded key through where -inf does not."""
+    a = torch.full((4,), 20.0)
+    x = torch.stack([a, -a, -a * 1.01, -a * 0.99])[None]  # (1, 4, 4)
+    eye = torch.eye(4)
+    mask = torch.tensor([False, True, True, True])[None, None, None, :]
+    return (x, eye, eye, eye, eye, 1, mask)
 
 
 def _mha_large() -> tuple:

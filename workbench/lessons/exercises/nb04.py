@@ -64,6 +64,9 @@ register(Exercise(
     )))
 
 
+FLOAT64_ATOL = 5e-7  # distance_matrix on float64 rows: the diagonal and every entry (see the register below)
+
+
 def _dist_cases() -> list[Case]:
     g = torch.Generator().manual_seed(4)
     return [Case("sinusoidal table, 20 x 16", (sinusoidal_table(20, 16),)),
@@ -78,14 +81,15 @@ def _dist_draw(rng) -> Case:
 
 
 def _zero_to_itself(args: tuple, out: object) -> str | None:
-    """On float64 rows the distance of a row to itself is 0 up to rounding (1e-6 allows |a|² + |b|² - 2 a·b on
-    rows of norm 1000); in float32 that cancellation alone can leave 2e-3, so only float64 inputs are judged."""
+    """On float64 rows the distance of a row to itself is 0 up to rounding (5e-7 allows |a|² + |b|² - 2 a·b on the
+    checks' rows, about 1e-7 there); in float32 that cancellation alone can leave 2e-3, so only float64 inputs are
+    judged."""
     (rows,) = args
     if not (isinstance(out, Tensor) and isinstance(rows, Tensor) and rows.dtype == torch.float64
             and out.dim() == 2 and out.shape[0] == out.shape[1] == rows.shape[0] and out.dtype.is_floating_point):
         return None
     diag = out.detach().double().diagonal().abs()
-    if diag.numel() and float(diag.nan_to_num(nan=math.inf).max()) > 1e-6:
+    if diag.numel() and float(diag.nan_to_num(nan=math.inf).max()) > FLOAT64_ATOL:
         i = int(diag.nan_to_num(nan=math.inf).argmax())
         return (f"the distance of row {i} to itself is {float(out[i, i]):.3g}, not 0: a row is at distance 0 from "
                 "itself (nothing added under the square root)")
@@ -95,10 +99,11 @@ def _zero_to_itself(args: tuple, out: object) -> str | None:
 # not differentiable as a check: the distance of a row to itself is sqrt(0), whose gradient is undefined.
 # atol: a right answer by |a|² + |b|² - 2 a·b (how torch.cdist computes large inputs) loses about sqrt(eps |x|²) to
 # cancellation where two rows are close; in float32, with these rows, up to about 2e-3 on the diagonal. On float64
-# rows the same cancellation costs under 1e-7, so there atol_float64 = 1e-6 (an epsilon under the root fails)
+# rows the same cancellation costs about 1e-7, so there atol_float64 = 5e-7 (an epsilon of 1e-12 under the root, a
+# float32 torch.cdist cast back to float64, fail)
 register(Exercise(
     "04.distance_matrix", "the Euclidean distance between every pair of position vectors", distance_matrix,
-    _dist_cases, atol=5e-3, atol_float64=1e-6, draw=_dist_draw,
+    _dist_cases, atol=5e-3, atol_float64=FLOAT64_ATOL, draw=_dist_draw,
     package=("workbench.lessons.positional.cosine_matrix",),
     invariants=(Invariant("a row is at distance 0 from itself (float64 inputs)", _zero_to_itself),),
     mistakes=(

@@ -176,7 +176,8 @@ register(Exercise(
              Case("large scores (exp overflows unless the row's maximum is taken off first)", _cache_large())],
     driver=run_and_watch_cache, draw=_cache_draw, differentiable=True, fills=(CACHE_K, CACHE_V),
     package=("workbench.model.attention.scaled_dot_product_attention", "workbench.model.attention.KVCache.append",
-             "torch.nn.functional.scaled_dot_product_attention"),
+             "torch.nn.functional.scaled_dot_product_attention",
+             "torch._C._nn.scaled_dot_product_attention"),
     mistakes=(
         Mistake("cache holds the inputs, not keys and values", "store the projected keys x_new @ W_k and values "
                 "x_new @ W_v: a cache that keeps the raw inputs projects the whole history again at every step, "
@@ -200,6 +201,16 @@ def greedy_loop(next_logits, bos_id: int, eos_id: int, max_len: int) -> list[int
     return _loop(next_logits, bos_id, eos_id, max_len)  # every switch at its right setting
 
 
+def _tokens(prefix: object) -> list[int]:
+    """The prefix a toy decoder is called with, which must be what the docstring says: a list of Python ints."""
+    if not isinstance(prefix, list) or not all(type(t) is int for t in prefix):
+        got = (f"a list holding {type(next(t for t in prefix if type(t) is not int)).__name__}"
+               if isinstance(prefix, list) else f"a {type(prefix).__name__}")
+        raise TypeError(f"next_logits takes the prefix as a list of Python ints (bos first), got {got}: keep the "
+                        "tokens in a list and append int(...) of each argmax")
+    return prefix
+
+
 class BigramModel:
     """A toy "decoder": the next token's logits depend on the last token only (a (V, V) table)."""
 
@@ -207,7 +218,7 @@ class BigramModel:
         self.table = table
 
     def __call__(self, prefix: list[int]) -> Tensor:
-        return self.table[int(prefix[-1])]
+        return self.table[_tokens(prefix)[-1]]
 
 
 class PrefixModel:
@@ -219,7 +230,7 @@ class PrefixModel:
         self.V, self.seed, self.eos_id, self.eos_after = V, seed, eos_id, eos_after
 
     def __call__(self, prefix: list[int]) -> Tensor:
-        tokens = [int(t) for t in prefix]
+        tokens = _tokens(prefix)
         h = self.seed
         for t in tokens:
             h = (h * 1_000_003 + t + 1) % 2_147_483_647

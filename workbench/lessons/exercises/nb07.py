@@ -27,7 +27,13 @@ def _gen(seed: int) -> torch.Generator:
 # -- rate ---------------------------------------------------------------------------------------------------------
 def schedule(fn, steps, d_model, warmup) -> list[float]:
     """``fn(step, d_model, warmup)`` at every step of ``steps`` (how the check calls a schedule)."""
-    return [float(fn(s, d_model, warmup)) for s in steps]
+    return [_as_float(fn(s, d_model, warmup)) for s in steps]
+
+
+def _as_float(v: object) -> object:
+    """An int as a float (an int is a float in Python's numeric tower); anything else, a tensor too, as it is, for
+    the comparison to name."""
+    return float(v) if type(v) is int else v
 
 
 def _rate_cases() -> list[Case]:
@@ -180,7 +186,9 @@ def _avg_cases() -> list[Case]:
     return [Case("3 checkpoints", (sds(3),)), Case("1 checkpoint", (sds(1),)),
             Case("5 checkpoints, float64", (sds(5, torch.float64),)),
             Case("float64 checkpoints, then a float32 one", (mixed,)),
-            Case("7 bfloat16 checkpoints (a sum in bfloat16 rounds at every step)", (sds(7, torch.bfloat16),))]
+            Case("7 bfloat16 checkpoints (a sum in bfloat16 rounds at every step)", (sds(7, torch.bfloat16),)),
+            Case("float32 weights 1e8, 1, -1e8 (a float32 sum loses the 1)",
+                 ([{"w": torch.tensor([v, 2.0])} for v in (1e8, 1.0, -1e8)],))]
 
 
 def _avg_draw(rng) -> Case:
@@ -192,7 +200,7 @@ def _avg_draw(rng) -> Case:
 
 register(Exercise(
     "07.average_checkpoints", "the element-wise mean of several checkpoints", average_checkpoints, _avg_cases,
-    name="average_weights", draw=_avg_draw, differentiable=True,
+    name="average_weights", draw=_avg_draw,  # not differentiated: averaging runs on saved weights, under no_grad
     package=("workbench.translation.checkpoint.average_checkpoints", "workbench.translation.checkpoint._average"),
     mistakes=(
         Mistake("summed, not averaged", "divide the sum by the number of checkpoints",
@@ -285,7 +293,9 @@ register(Exercise(
     differentiable=True, package=("workbench.translation.decode.beam_search",),
     cases=
     lambda: [Case("batch 2, beam 4, V=11", _beam_case(2, 4, 11, 0)), Case("first step (one live beam)", _beam_case(2, 3, 7, 1, first=True)),
-             Case("beam 1 (greedy), batch 1", _beam_case(1, 1, 6, 2)), Case("batch 3, beam 5, V=5", _beam_case(3, 5, 5, 3))],
+             Case("beam 1 (greedy), batch 1", _beam_case(1, 1, 6, 2)), Case("batch 3, beam 5, V=5", _beam_case(3, 5, 5, 3)),
+             Case("long hypotheses: scores near -120 (their probabilities underflow to 0)",
+                  (torch.tensor([[-120.0, -130.0, -125.0]]), _beam_case(1, 3, 6, 4)[1]))],
     mistakes=(
         Mistake("best token of each beam", "let the beams compete: flatten (K, V) to K·V candidates and take the "
                 "top K, so a good beam may keep several extensions", _beam_per_beam),

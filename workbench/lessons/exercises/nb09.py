@@ -39,7 +39,12 @@ PAIRS = [("the the the the the the the", "the cat is on the mat"),
 
 def over_pairs(fn, pairs: list[tuple[str, str]], n_max: int) -> list[list[tuple[int, int]]]:
     """``fn(hyp, ref, n)`` for every (hypothesis, reference) of ``pairs`` and every n from 1 to ``n_max``."""
-    return [[tuple(int(x) for x in fn(h.split(), r.split(), n)) for n in range(1, n_max + 1)] for h, r in pairs]
+    return [[_pair(fn(h.split(), r.split(), n)) for n in range(1, n_max + 1)] for h, r in pairs]
+
+
+def _pair(v: object) -> object:
+    """A returned pair as a tuple, its items as they are (a float or a tensor count is for the comparison to name)."""
+    return tuple(v) if isinstance(v, list) else v
 
 
 WORDS = "a the man dog dogs runs run on in snow grass red ball . ,".split()
@@ -97,7 +102,7 @@ register(Exercise(
 
 def lengths(fn, pairs) -> list[float]:
     """``fn(c, r)`` on every (hypothesis length, reference length) pair."""
-    return [float(fn(c, r)) for c, r in pairs]
+    return [float(v) if type(v) is int else v for v in (fn(c, r) for c, r in pairs)]  # a tensor stays one
 
 
 register(Exercise(

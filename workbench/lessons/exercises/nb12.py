@@ -94,7 +94,11 @@ def _pv_cases() -> list[Case]:
     return [Case("3 seeds, a clear drop claimed", ([4.10, 4.32, 3.95], [3.90, 4.15, 3.71], -1, 2.0)),
             Case("3 seeds, seeds move the base more than the variant does", ([4.0, 4.6, 3.5], [4.1, 4.7, 3.62], 1, 2.0)),
             Case("2 seeds, a 'no difference' claim", ([20.1, 21.3], [20.4, 21.2], 0, 2.0)),
-            Case("5 seeds, factor 1", ([1.0, 1.2, 0.9, 1.1, 1.05], [1.1, 1.1, 1.0, 1.3, 1.0], 1, 1.0))]
+            Case("5 seeds, factor 1", ([1.0, 1.2, 0.9, 1.1, 1.05], [1.1, 1.1, 1.0, 1.3, 1.0], 1, 1.0)),
+            Case("4 seeds, a rise past 2 standard errors but inside 2 standard deviations",
+                 ([1.0, 2.0, 3.0, 4.0], [1.1, 2.3, 3.2, 4.4], 1, 2.0)),
+            Case("4 seeds, a 'no difference' claim between 2 standard errors and 2 standard deviations",
+                 ([1.0, 2.0, 3.0, 4.0], [1.1, 2.3, 3.2, 4.4], 0, 2.0))]
 
 
 def _pv_draw(rng) -> Case:

@@ -40,7 +40,9 @@ def _cases() -> list[Case]:
             Case("alpha changes the winner: short -2.0 (2 tokens) or long -3.1 (6 tokens), alpha 1.5",
                  (torch.tensor([-2.0, -3.1]), torch.tensor([2, 6]), 1.5)),
             Case("a tie: hypotheses 1 and 2 score the same (the first of them wins, as in the search), alpha 0.6",
-                 (torch.tensor([-5.0, -2.0, -2.0, -4.0]), torch.tensor([3, 3, 3, 3]), 0.6))]
+                 (torch.tensor([-5.0, -2.0, -2.0, -4.0]), torch.tensor([3, 3, 3, 3]), 0.6)),
+            Case("two ties: hypotheses 0 and 1, then 2 and 3, alpha 1.0",
+                 (torch.tensor([-2.0, -2.0, -9.0, -9.0]), torch.tensor([4, 4, 4, 4]), 1.0))]
 
 
 def _draw(rng) -> Case:
@@ -55,6 +57,8 @@ def _lp(lengths: Tensor, alpha: float) -> Tensor:
 register(Exercise(
     "16.rerank_finished", "the finished hypotheses' scores log P / lp(|Y|) and the winner", rerank_finished, _cases,
     draw=_draw, package=PACKAGE, differentiable=True,
+    # ((5 + lengths) / 6) on a long tensor is float32 whatever logp's dtype: float64 scores are judged to 1e-6
+    atol_float64=1e-6, rtol_float64=1e-6,
     mistakes=(
         Mistake("start token counted in |Y|", "|Y| counts the generated tokens (eos included), not the start token "
                 "the decoder was fed", lambda lp, n, a: (lambda s: (s, int(s.argmax())))(lp / _lp(n + 1, a))),
