@@ -97,7 +97,7 @@ def test_extract_keeps_definitions_and_drops_calls():
     got = extract(Submission("s", NAME, "f.ipynb", "", cells), ["padding_mask", "causal_mask"],
                   ["PREDICT_CAUSAL_TRUE", "PREDICT_OTHER"])
     code = "\n".join(s["code"] for s in got.statements)
-    assert "import os" in code and "import math" in code and "EPS: float = 1e-09" in code and "TABLE" in code
+    assert "import os" in code and "import math" in code and "EPS = 1e-09" in code and "TABLE" in code
     assert "def causal_mask" in code and "class Cache" in code
     assert "padding_mask" not in code  # the import that would bind an exercise's name is dropped, causal_mask too
     assert "from workbench.model.masks import" not in code
@@ -108,6 +108,18 @@ def test_extract_keeps_definitions_and_drops_calls():
         "padding_mask"]
     assert got.answers == {"PREDICT_CAUSAL_TRUE": 55}
     assert "not a literal" in got.unreadable_answers["PREDICT_OTHER"]
+
+
+def test_extract_runs_no_annotation_and_no_assignment_to_an_attribute_or_item():
+    """The probe's finding: an annotation is an expression, evaluated when the statement runs."""
+    cells = [("marker: __import__('pathlib').Path('/tmp/ran').write_text('x') = 1\nsys.modules['torch'] = None\n"
+              "ex.EXERCISES = {}\nK: int = 3\nA = B = 2\ndef causal_mask(T):\n    return T", ["exercise"])]
+    got = extract(Submission("s", NAME, "f.ipynb", "", cells), ["causal_mask"])
+    code = "\n".join(s["code"] for s in got.statements)
+    assert "marker = 1" in code and "K = 3" in code and "A = B = 2" in code and "def causal_mask" in code
+    for dropped in ("__import__", "write_text", "sys.modules", "EXERCISES"):
+        assert dropped not in code
+    assert got.dropped == 2
 
 
 def test_extract_says_where_a_function_went():
@@ -414,7 +426,7 @@ def test_sandbox_environment_and_limits(tmp_path):
     assert result.returncode == 0, result.output
     seen = json.loads(result.output.strip().splitlines()[-1])
     assert "WORKBENCH_SECRET_TOKEN" not in seen["env"] and seen["env"]["HOME"] == "/tmp"
-    assert seen["uid"] != 0 and seen["cwd"] == "/tmp" and seen["home"] == [".output"]
+    assert seen["uid"] != 0 and seen["cwd"] == "/tmp" and seen["home"] == []  # its output goes to a file with no name
     assert seen["as"] == 3 * 2**30 and seen["nproc"] == 50
     stuck = sandbox.run(["sleep", "30"], work, sandbox.Limits(wall_seconds=1))
     assert stuck.timed_out and "time-out of 1 s" in stuck.reason(sandbox.Limits(wall_seconds=1))

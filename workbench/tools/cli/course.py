@@ -15,13 +15,15 @@ JOBS_HELP = ("notebooks executed at the same time (default: 2 on a machine with 
 GRADE_DESCRIPTION = """\
 Grade a class. GRADING EXECUTES STUDENT CODE: each student's exercise functions (and, without --checks-only, the
 whole notebook) run in a child process. What isolates it on Linux: its own temporary folder as HOME, TMPDIR and
-working folder; an environment reduced to an allow-list; limits on CPU seconds, address space (--memory-gb), file
-size and processes; a time-out per notebook (--timeout) that kills all its processes; and where the system allows
-(root with util-linux unshare and setpriv) no network, its own PID and mount namespaces (the class folder and the
-gradebook folder hidden, the grader's home replaced by an empty folder) and an unprivileged user id of its own, so
-it cannot write the instructor's files or model cache. It can still read world-readable files (the installed
-packages, the workbench with its master notebooks) and use CPU up to its limits. The gradebook records the
-isolation that applied. For stronger isolation run the grader in a container, e.g.:
+working folder; an environment reduced to an allow-list; limits on CPU seconds, memory (--memory-gb), file size
+and processes; a time-out per notebook (--timeout) that kills all its processes; and where the system allows
+(root with util-linux unshare and setpriv) no network, its own PID and mount namespaces (the class folder, the
+gradebook folder and the master notebooks hidden, world-writable folders such as /run/lock hidden, the grader's
+home replaced by an empty folder), an unprivileged user id of its own, so it cannot write the instructor's files or
+model cache, a cgroup holding the memory of all its processes together, and a working folder of its own size (a
+tmpfs), so it cannot fill the disk the others are graded on. It can still read world-readable files (the installed
+packages, the workbench's source) and use CPU up to its limits. The gradebook records the isolation that applied.
+For stronger isolation run the grader in a container, e.g.:
 
   docker run --rm --network none --memory 8g --pids-limit 512 --read-only --tmpfs /tmp \\
     -v "$PWD/class:/class:ro" -v "$PWD/gradebook:/gradebook" IMAGE \\
@@ -206,7 +208,8 @@ def add_course_commands(sub: argparse._SubParsersAction) -> None:
                                                               "without running each lesson (fast)")
     r.add_argument("--smoke", action="store_true", help="full mode: run the notebooks with SMOKE=True (tiny sizes)")
     r.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook in the sandbox (default 300)")
-    r.add_argument("--memory-gb", type=float, default=4.0, help="address space per sandboxed process (default 4)")
+    r.add_argument("--memory-gb", type=float, default=4.0, help="memory of each notebook's run: all its processes together where a cgroup can be made (the "
+                                            "gradebook says), and the address space of each (default 4)")
     r.add_argument("--seed", type=int, default=0, help="seed of the checks' random cases, the same for everyone")
     r.add_argument("--seed-from-student", action="store_true", help="seed each student's random cases from the "
                                                                     "student's id (per-student variants)")

@@ -52,11 +52,20 @@ def totals(book: dict[str, Any]) -> list[dict[str, Any]]:
     return list(by_student.values())
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell starting so as a formula
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula (a student folder named ``=HYPERLINK(...)``), prefixed
+    with ``'`` so it shows as text (OWASP's advice for CSV injection); numbers and other text unchanged."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
 def _csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: spreadsheet_safe(v) for k, v in row.items()} for row in rows)
     return out.getvalue()
 
 

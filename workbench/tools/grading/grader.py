@@ -120,10 +120,8 @@ def _row(exercise: str, status: str, message: str, mistake: str | None = None) -
     return {"exercise": exercise, "status": status, "message": message, "mistake": mistake}
 
 
-def _job_folder(tmp: Path, tag: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=tmp))
-    folder.chmod(0o700)
-    return folder
+def _job_folder(tmp: Path, tag: str, opts: GradeOptions) -> Path:
+    return sandbox.make_run_folder(tmp, tag, opts.limits)
 
 
 class _Channel:
@@ -175,16 +173,17 @@ def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], 
                 reasons[exercise_id] = (f"not run: the notebook's time-out of {opts.timeout:.0f} s was spent by "
                                         "the exercises before it")
             break
-        folder = _job_folder(tmp, f"{sub.student}-{sub.number}")
+        folder = _job_folder(tmp, f"{sub.student}-{sub.number}", opts)
         job = {"mode": "checks", "statements": statements, "exercises": todo, "seed": seed,
                "time_limit": opts.time_limit}
         channel = _Channel(OBSERVATION_BYTES)
         result, limits = _work(job, folder, opts, hide, left, channel, _stall_watch(channel, opts))
         frames = channel.close()
-        if (folder / "exec.json").is_file() and (folder / "exec.json").stat().st_size < 2**20:
+        text = sandbox.read_run_file(folder / "exec.json", 2**20)  # a file the run wrote: no link followed
+        if text is not None:
             try:
-                errors = [str(e)[:240] for e in json.loads((folder / "exec.json").read_text())][:20]
-            except (ValueError, UnicodeDecodeError):
+                errors = [str(e)[:240] for e in json.loads(text)][:20]
+            except (ValueError, UnicodeDecodeError, TypeError, RecursionError):
                 pass
         done = 0
         for k, exercise_id in enumerate(todo):
@@ -195,7 +194,7 @@ def _observe(sub: Submission, statements: list[dict[str, str]], ids: list[str], 
             except Exception as exc:  # plain data from the worker; still, never trust a load to succeed
                 reasons[exercise_id] = f"its observations could not be read as plain data ({type(exc).__name__})"
             done = k + 1
-        shutil.rmtree(folder, ignore_errors=True)
+        sandbox.remove_tree(folder)
         if done < len(todo) and result.killed and todo[done] not in retried:
             # a kill can come from outside the student's code (the machine's out-of-memory killer): once more, then
             # the exercise is blamed
@@ -241,7 +240,7 @@ def _run_notebook(sub: Submission, folder: Path, opts: GradeOptions, tmp: Path,
     """Full mode: run the student's notebook in the sandbox; None when it ran to the end, else why not (one line)."""
     import nbformat
 
-    work = _job_folder(tmp, f"{sub.student}-{sub.number}-run")
+    work = _job_folder(tmp, f"{sub.student}-{sub.number}-run", opts)
     try:
         source = folder / sub.file
         if source.suffix == ".py":
@@ -265,7 +264,7 @@ def _run_notebook(sub: Submission, folder: Path, opts: GradeOptions, tmp: Path,
             return f"the notebook stopped: {str(ran.get('error') or 'unknown error').splitlines()[0][:200]}"
         return None
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        sandbox.remove_tree(work)
 
 
 def grade_notebook(student: str, folder: Path, name: str, opts: GradeOptions, tmp: Path,
@@ -421,14 +420,16 @@ def grade_class(class_dir: str | Path, options: GradeOptions | None = None,
     if not tasks:
         raise NotebookParameterError(f"no notebook with exercises in {class_dir}"
                                      + (f" among {list(opts.only)}" if opts.only else ""))
-    hidden = [Path(class_dir).expanduser().resolve(), *(Path(h).expanduser().resolve() for h in hide)]
+    hidden = [Path(class_dir).expanduser().resolve(), *(Path(h).expanduser().resolve() for h in hide),
+              *_master_folders()]  # the masters hold the solutions: a student's code must not read them
     iso = sandbox.probe()
     lock = threading.Lock()
     records: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="workbench-grade-") as tmp:
+    tmp = Path(tempfile.mkdtemp(prefix="workbench-grade-"))
+    try:
         def one(task: tuple[str, Path, str]) -> None:
             try:
-                record = grade_notebook(*task, opts, Path(tmp), hidden)
+                record = grade_notebook(*task, opts, tmp, hidden)
             except Exception as exc:  # noqa: BLE001 (one notebook's trouble must not lose the class's grades)
                 record = _ungraded(*task, f"the grader could not grade it ({type(exc).__name__}: {str(exc)[:160]})")
             with lock:
@@ -436,6 +437,8 @@ def grade_class(class_dir: str | Path, options: GradeOptions | None = None,
 
         with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
             list(pool.map(one, tasks))
+    finally:
+        sandbox.remove_tree(tmp)  # whatever a run left there, however deep
     records += extra
     student_order = {s: i for i, (s, _) in enumerate(students)}
     records.sort(key=lambda r: (student_order[r["student"]], r["notebook"]))
@@ -444,6 +447,13 @@ def grade_class(class_dir: str | Path, options: GradeOptions | None = None,
             "timeout_s": opts.timeout, "limits": dataclasses.asdict(opts.limits), "isolation": dataclasses.asdict(iso),
             "isolation_text": iso.describe(), **git_state(), "graded_utc": utc_now(), "students": len(students)}
     return {"meta": meta, "records": records}
+
+
+def _master_folders() -> list[Path]:
+    """The folders that hold the master notebooks (the source checkout's and the copy inside the package)."""
+    from workbench.tools.book.notebooks import notebooks_dir, packaged_notebooks_dir
+
+    return sorted({p.resolve() for p in (notebooks_dir(), packaged_notebooks_dir()) if p.is_dir()})
 
 
 def _all_exercises() -> list[str]:

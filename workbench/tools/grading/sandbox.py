@@ -15,14 +15,21 @@ Every run gets:
   run as root, an unprivileged user id of its own (``setpriv``, no capabilities, no new privileges), so the
   instructor's files and model cache are not writable.
 
+As root it also gets a cgroup holding the memory and processes of all its processes together (:func:`_cgroup`,
+v2 or v1) and a working folder that is a tmpfs of its own size (:func:`make_run_folder`), and every other
+world-writable folder (:func:`world_writable`, e.g. ``/run/lock``) is hidden. The grader reads back nothing by name
+that a run could swap for a link or a named pipe (:func:`read_run_file`), and removes a run's folder with ``rm -rf``
+(:func:`remove_tree`).
+
 What it cannot prevent on plain Linux (say so to whoever grades): reading world-readable files of the system (the
-installed packages, the workbench and its master notebooks), using CPU up to its limits, and kernel exploits. A
-container (``docker run --network none --read-only ...``, see the book's command-line page) adds a separate file
-system and a cgroup memory limit.
+installed packages and the workbench's source; the grader hides the master notebooks), using CPU up to its limits,
+and kernel exploits. A container (``docker run --network none --read-only ...``, see the book's command-line page)
+adds a separate file system.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -33,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,6 +58,7 @@ class Limits:
     memory_bytes: int = 4 * 2**30  # RLIMIT_AS: address space of each process (an allocation past it fails)
     file_bytes: int = 256 * 2**20  # RLIMIT_FSIZE: largest file it may write
     processes: int = 128  # RLIMIT_NPROC: processes and threads of its user id (only enforced off root's uid)
+    disk_bytes: int = 2**30  # size of the run's own folder (a tmpfs, where the system allows): its /tmp
     threads: int = 1  # OMP_NUM_THREADS / MKL_NUM_THREADS given to it
 
 
@@ -60,6 +69,8 @@ class Isolation:
     namespaces: bool  # network + PID + mount namespaces through `unshare`
     own_uid: bool  # runs under an unprivileged uid of its own (the grader is root and `setpriv` exists)
     user_namespace: bool  # not root: `unshare -rn` (network only, same user)
+    cgroup: bool = False  # its memory (tmpfs pages included) and processes limited together, in a cgroup of its own
+    own_disk: bool = False  # its folder is a tmpfs of Limits.disk_bytes: filling it fills no one else's disk
 
     def describe(self) -> str:
         """One paragraph: what a sandboxed run can and cannot reach."""
@@ -78,9 +89,16 @@ class Isolation:
         else:
             parts += ["NETWORK REACHABLE and SAME USER AS THE GRADER (no namespaces on this system): run the "
                       "grader in a container"]
+        if self.namespaces:
+            parts.append("world-writable folders such as /run/lock hidden (nothing it writes outlives it)")
         if self.own_uid:
             parts.append("unprivileged user id of its own (no capabilities): cannot write the instructor's files "
                          "or model cache; can read world-readable files")
+        parts.append("memory and processes of the whole run limited together (a cgroup of its own)" if self.cgroup
+                     else "MEMORY LIMITED PER PROCESS ONLY (no cgroup here): many processes can together use more")
+        if self.own_disk:
+            parts.append("its folder a tmpfs of fixed size (it cannot fill the grader's disk)")
+        return "; ".join(parts)
         return "; ".join(parts)
 
 
@@ -103,7 +121,14 @@ def probe() -> Isolation:
         ["setpriv", f"--reuid={UID_RANGE[0]}", f"--regid={UID_RANGE[0]}", "--clear-groups", "--no-new-privs",
          "--bounding-set=-all", "--inh-caps=-all", "true"])
     userns = not full and _works(["unshare", "-rn", "true"])
-    return Isolation(full, own_uid, userns)
+    groups = _cgroup(Limits()) if own_uid else []
+    _release_cgroup(groups)
+    disk = False
+    if own_uid:
+        folder = make_run_folder(Path(tempfile.gettempdir()), "workbench-probe", Limits(disk_bytes=2**20))
+        disk = os.path.ismount(folder)
+        remove_tree(folder)
+    return Isolation(full, own_uid, userns, cgroup=bool(groups), own_disk=disk)
 
 
 @dataclasses.dataclass
@@ -141,8 +166,10 @@ class RunResult:
         return f"exit status {code}" + (f": {last[-1][:200]}" if last and code else "")
 
 
-def _limit(limits: Limits) -> None:  # runs in the child between fork and exec
+def _limit(limits: Limits, group: Sequence[Path] = ()) -> None:  # runs in the child between fork and exec
     os.setsid()
+    for one in group or ():  # the whole run in its cgroups: memory and processes counted together, tmpfs pages too
+        (one / "cgroup.procs").write_text(str(os.getpid()))
     for what, value in ((resource.RLIMIT_CPU, limits.cpu_seconds), (resource.RLIMIT_AS, limits.memory_bytes),
                         (resource.RLIMIT_FSIZE, limits.file_bytes), (resource.RLIMIT_NPROC, limits.processes),
                         (resource.RLIMIT_CORE, 0)):
@@ -172,9 +199,116 @@ def _mount_script(work: Path, hide: Sequence[Path], keep: Sequence[Path]) -> str
         for folder in hide:
             if folder.is_dir() and any(path in folder.parents for path in kept):
                 lines.append(f"mount -t tmpfs -o size=64k,mode=755,ro none {q(str(folder))}")
+    for folder in world_writable():  # e.g. /run/lock: files written there would outlive the run
+        lines.append(f"mount -t tmpfs -o size=64k,mode=755,ro none {q(str(folder))} || true")
     lines += [f"mount --bind {q(str(work))} /var/tmp", f"mount --bind {q(str(work))} /dev/shm",
               f"mount --bind {q(str(work))} /tmp"]
     return "\n".join(lines)
+
+
+FS_TYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "vfat", "f2fs", "fuseblk", "9p")
+
+
+@functools.lru_cache(maxsize=1)
+def world_writable() -> tuple[Path, ...]:
+    """Folders any user may write in, on every local file system but those a run gets its own of (/tmp, /var/tmp,
+    /dev/shm): a run's files there would outlive it (``/run/lock``), so each is hidden under a read-only tmpfs."""
+    mounts = []
+    with contextlib.suppress(OSError), open("/proc/self/mounts") as f:
+        mounts = [line.split()[1] for line in f if line.split()[2] in FS_TYPES]
+    own = [Path(p) for p in ("/tmp", "/var/tmp", "/dev/shm")]
+    found: set[Path] = set()
+    for mount in mounts:
+        point = Path(mount.encode().decode("unicode_escape"))
+        if point.parts[1:2] in (("proc",), ("sys",)) or any(point == o or o in point.parents for o in own):
+            continue
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(["find", str(point), "-xdev", "-type", "d", "-perm", "-0002", "-prune"],
+                                 capture_output=True, timeout=120).stdout
+            found |= {Path(os.fsdecode(line)) for line in out.splitlines() if line}
+    return tuple(sorted(p for p in found if not any(p == o or o in p.parents for o in own)))
+
+
+def make_run_folder(parent: Path, prefix: str, limits: Limits) -> Path:
+    """A new folder for one run, readable by the grader alone; run as root on Linux, a tmpfs of
+    ``limits.disk_bytes``, so a run that fills its disk fills only its own (remove it with :func:`remove_tree`)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=parent))
+    folder.chmod(0o700)
+    if sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount"):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={limits.disk_bytes},mode=700", "none", str(folder)],
+                       capture_output=True)
+    return folder
+
+
+def read_run_file(path: Path, limit: int) -> bytes | None:
+    """A file a run wrote, read by the grader: None unless it is a regular file of at most ``limit`` bytes (a link
+    is not followed, a named pipe not waited on)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        return f.read(limit) if stat.S_ISREG(info.st_mode) and info.st_size <= limit else None
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a run's folder, whatever the run left in it: its tmpfs unmounted, then ``rm -rf`` (not recursive in
+    Python: a folder tree 5,000 deep stops ``shutil.rmtree`` with a RecursionError); never raises."""
+    path = Path(path)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        if os.path.ismount(path):
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=60)
+        if shutil.which("rm"):
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, timeout=600)
+            return
+    with contextlib.suppress(Exception):  # noqa: BLE001 (RecursionError included)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _cgroup(limits: Limits) -> list[Path]:
+    """A cgroup (v2, else v1's memory and pids hierarchies) holding a run's memory to ``limits.memory_bytes`` and
+    its processes to ``limits.processes`` together; [] where the system does not let the grader make one."""
+    root, name, groups = Path("/sys/fs/cgroup"), f"workbench-run-{os.getpid()}-{random.randrange(1 << 30)}", []
+    try:
+        if (root / "cgroup.controllers").is_file():
+            with contextlib.suppress(OSError):
+                (root / "cgroup.subtree_control").write_text("+memory +pids")
+            settings = {root / name: {"memory.max": limits.memory_bytes, "memory.swap.max": 0,
+                                      "pids.max": limits.processes}}
+        else:
+            settings = {root / "memory" / name: {"memory.limit_in_bytes": limits.memory_bytes},
+                        root / "pids" / name: {"pids.max": limits.processes}}
+        for group, files in settings.items():
+            if group.parent.is_dir():
+                group.mkdir()
+                groups.append(group)
+                for fname, value in files.items():
+                    if (group / fname).exists():
+                        (group / fname).write_text(str(value))
+        if not any((g / "memory.max").exists() or (g / "memory.limit_in_bytes").exists() for g in groups):
+            raise OSError("no memory controller")
+    except OSError:
+        _release_cgroup(groups)
+        return []
+    return groups
+
+
+def _release_cgroup(groups: Sequence[Path] | None) -> None:
+    """Kill what is left in a run's cgroups and remove them."""
+    for group in groups or ():
+        for _ in range(50):
+            with contextlib.suppress(OSError, ValueError):
+                for pid in (group / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.02)
 
 
 def _kill_user(uid: int) -> None:
@@ -237,11 +371,14 @@ def run(
                    "sh", "-c", script, "sandbox", *command]
     elif iso.user_namespace:
         command = ["unshare", "-rn", *command]
+    group = _cgroup(limits) if iso.cgroup else []
     start = time.perf_counter()
-    with open(work / ".output", "wb") as out:
+    # the output goes to a file with no name (never one in the run's folder, which the run may swap for a link or
+    # a named pipe), read back from the same descriptor
+    with tempfile.TemporaryFile() as out:
         try:
             proc = subprocess.Popen(command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, preexec_fn=functools.partial(_limit, limits),
+                                    stderr=subprocess.STDOUT, preexec_fn=functools.partial(_limit, limits, group),
                                     pass_fds=tuple(pass_fds))
         finally:
             for fd in pass_fds:
@@ -268,9 +405,10 @@ def run(
             proc.wait()
             if uid is not None:
                 _kill_user(uid)
-    with open(work / ".output", "rb") as f:
-        f.seek(max(0, (work / ".output").stat().st_size - 8000))
-        tail = f.read().decode("utf-8", "replace")
+            _release_cgroup(group)
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - 8000))
+        tail = out.read(8000).decode("utf-8", "replace")
     code = None if timed_out or stopped_by else proc.returncode
     return RunResult(code, timed_out, round(time.perf_counter() - start, 2), tail, stopped_by)
 

@@ -4,7 +4,9 @@
 :func:`extract` takes, with :mod:`ast` and never by running anything,
 
 * from the cells tagged ``exercise``: imports, function and class definitions and assignments of literal constants
-  (every other top-level statement, such as a call to a monkeypatched ``check`` or to ``os.system``, is dropped);
+  to plain names, without their annotations (every other top-level statement, such as a call to a monkeypatched
+  ``check`` or to ``os.system``, is dropped). A definition's own decorators, default values and class body still
+  run when it is defined: in the sandbox, where the student's functions run anyway;
 * from every other cell: its top-level imports (those that would bind an exercise's name are dropped, so a
   function the student did not write cannot come from the package);
 * from the cells tagged ``answer``: each prediction, read with :func:`ast.literal_eval`.
@@ -150,6 +152,10 @@ def _literal(node: ast.expr | None) -> bool:
     return node is not None
 
 
+def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
 def extract(sub: Submission, functions: Sequence[str], variables: Sequence[str] = ()) -> Extracted:
     """What the grader takes from ``sub`` (see the module docstring) for the exercise functions ``functions`` and the
     prediction variables ``variables``."""
@@ -182,8 +188,12 @@ def extract(sub: Submission, functions: Sequence[str], variables: Sequence[str] 
             elif "exercise" in tags and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 definitions.append({"code": ast.unparse(node), "where": where})
                 defined_where[node.name] = where
-            elif "exercise" in tags and isinstance(node, (ast.Assign, ast.AnnAssign)) and _literal(node.value):
-                definitions.append({"code": ast.unparse(node), "where": where})
+            elif "exercise" in tags and isinstance(node, (ast.Assign, ast.AnnAssign)) and _literal(node.value) \
+                    and all(isinstance(t, ast.Name) for t in _targets(node)):
+                # a constant bound to plain names, its annotation dropped (an annotation is an expression that
+                # runs); an attribute or item target (sys.modules["x"] = None) is code, and dropped
+                plain = ast.Assign(targets=_targets(node), value=node.value, lineno=node.lineno)
+                definitions.append({"code": ast.unparse(plain), "where": where})
             elif "exercise" in tags:
                 dropped += 1
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:

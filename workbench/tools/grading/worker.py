@@ -80,7 +80,11 @@ def run_checks(job: dict[str, Any], folder: Path) -> None:
     observation (plain data) only to choose, as the lessons do, whether later exercises run with the package's
     function under that name. A child makes the package's answer to *its* exercise unavailable (it raises) for its
     whole life, before it executes the student's definitions: so code that runs at definition time, or a function
-    that patches the recorder (``observe``, ``plain``, ``torch.save``), finds no answer to forge an observation from.
+    that patches the recorder (``observe``, ``plain``, ``torch.save``), does not find the answer by its name. Code
+    that digs further can still reach it (the objects the unavailability keeps, found through ``gc``; a second copy
+    of the package's module loaded from its file; torch's own kernels): a forged observation then passes, because
+    the judge compares values. What the check proves is that the values are right, not who computed them; the
+    course's solutions policy (the book's Teaching page) says so.
     """
     import torch
 
@@ -102,7 +106,7 @@ def _fork_per_exercise(job: dict[str, Any], folder: Path, threads: int) -> None:
     channel = int(job["channel_fd"])
     failed: list[str] = []
     if not job["exercises"]:
-        (folder / "exec.json").write_text("[]")
+        _write_no_link(folder / "exec.json", b"[]")
     for k, exercise_id in enumerate(job["exercises"]):
         _clear_handoffs(folder)  # nothing an earlier child left can pass for this child's observation
         child = os.fork()
@@ -169,31 +173,57 @@ def _child_observation(folder: Path, k: int, exercise_id: str, seed: int, status
     """The observation child ``k`` handed over, or one saying why there is none (it crashed, was killed, left, or
     wrote something too large or not plain data): every exercise gets an observation, so one crash fails only its own
     exercise and the grader names why."""
+    import io
+    import stat
+
     path = folder / f"child-{k}.pt"
     why = None
-    if not path.is_file():
+    try:  # the child's file may be anything: a link (not followed), a named pipe (not waited on), unreadable
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        fd = None
         why = _ended(status)
-    elif path.stat().st_size > CHILD_BYTES:
-        why = f"recorded an observation over {CHILD_BYTES // 2**20} MB (outputs far larger than the reference's?)"
-    else:
-        try:
-            return torch.load(path, weights_only=True)
-        except Exception as exc:  # noqa: BLE001 (the child's file: it may hold anything)
-            why = f"recorded an observation that is not plain data ({type(exc).__name__})"
+    if fd is not None:
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                why = _ended(status)
+            elif info.st_size > CHILD_BYTES:
+                why = f"recorded an observation over {CHILD_BYTES // 2**20} MB (outputs far larger than the reference's?)"
+            else:
+                try:
+                    return torch.load(io.BytesIO(f.read(CHILD_BYTES + 1)), weights_only=True)
+                except Exception as exc:  # noqa: BLE001 (the child's file: it may hold anything)
+                    why = f"recorded an observation that is not plain data ({type(exc).__name__})"
     from workbench.lessons.exercises.core import N_DRAWS
 
     return {"exercise": exercise_id, "seed": int(seed), "n_draws": N_DRAWS, "cases": [],
             "stopped": {"kind": "process ended", "text": why, "case": ""}}
 
 
+def _write_no_link(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` unless something the run made is there: a link, a named pipe (writing would wait
+    for a reader for ever)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError:
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 def _clear_handoffs(folder: Path) -> None:
     """Remove every ``child-*`` entry: a child can reach the answers of other exercises than its own, and could have
     written a later exercise's file."""
     for stray in folder.glob("child-*"):
-        if stray.is_dir() and not stray.is_symlink():
-            shutil.rmtree(stray, ignore_errors=True)
-        else:
-            stray.unlink(missing_ok=True)
+        try:
+            if stray.is_dir() and not stray.is_symlink():
+                stray.chmod(0o700)  # a folder the child made unreadable is removed all the same
+                shutil.rmtree(stray, ignore_errors=True)
+            else:
+                stray.unlink(missing_ok=True)
+        except (OSError, RecursionError):
+            os.rename(stray, folder / f".stray-{os.getpid()}-{id(stray)}")  # out of the way of the next child
 
 
 def _observe_one(job: dict[str, Any], folder: Path, k: int, exercise_id: str, failed: list[str]) -> None:
@@ -219,7 +249,7 @@ def _observe_one(job: dict[str, Any], folder: Path, k: int, exercise_id: str, fa
                 text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
                 errors.append(f"{statement['where']}: {type(exc).__name__}: {text}")
         if k == 0:
-            (folder / "exec.json").write_text(json.dumps(errors))
+            _write_no_link(folder / "exec.json", json.dumps(errors).encode())
         # as the lessons do: after a failed exercise, the later ones run with the package's function under its name
         namespace.update(fallbacks)
         observation = ex.observe(exercise_id, namespace.get(exercise.function_name), seed=job["seed"],
