@@ -209,6 +209,16 @@ def _c16(tmp_path, mp):
     translate(_model(), TOK, "ein mann")
 
 
+@case("a dict of sentences", wb.InputTextError, r"not a dict \(its keys would be translated\)")
+def _c16b(tmp_path, mp):
+    translate(_model(), TOK, {"ein mann": "a man"})
+
+
+@case("a set of sentences", wb.InputTextError, "a set has no order")
+def _c16c(tmp_path, mp):
+    translate(_model(), TOK, {"ein mann", "eine frau"})
+
+
 @case("beam size 0", wb.DecodingError, "beam size 0")
 def _c17(tmp_path, mp):
     beam_search(_model(), torch.tensor([[4, 5, 3]]), beam=0)

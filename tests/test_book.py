@@ -177,6 +177,35 @@ def test_serve_and_out_refuse_folders_that_hold_no_book(tmp_path):
     assert (tmp_path / "notes.txt").exists()
 
 
+def test_a_new_book_replaces_the_earlier_books_files_and_keeps_the_users(tmp_path):
+    """The probe's finding: a rebuild deleted the whole folder, a gh-pages worktree's .git and CNAME included."""
+    out, built = tmp_path / "book", tmp_path / "built"
+    for folder in (out, built):
+        (folder / "_static").mkdir(parents=True)
+    (out / ".buildinfo").write_text("old")
+    (out / "old-page.html").write_text("an earlier book's page")
+    (out / "_static" / "old.js").write_text("old")
+    (out / book.MANIFEST).write_text(json.dumps({"written": [".buildinfo", "_static", "old-page.html", "../x"]}))
+    (out / ".git").mkdir()
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/gh-pages")
+    (out / "CNAME").write_text("course.example.org")
+    (tmp_path / "x").write_text("outside the book: never touched")
+    (built / ".buildinfo").write_text("new")
+    (built / "index.html").write_text("the new book")
+    (built / "_static" / "new.js").write_text("new")
+    book._install(built, out)
+    assert (out / ".git" / "HEAD").read_text() == "ref: refs/heads/gh-pages"
+    assert (out / "CNAME").read_text() == "course.example.org" and (tmp_path / "x").exists()
+    assert not (out / "old-page.html").exists() and not (out / "_static" / "old.js").exists()
+    assert (out / "index.html").read_text() == "the new book" and (out / "_static" / "new.js").exists()
+    assert json.loads((out / book.MANIFEST).read_text())["written"] == [".buildinfo", "_static", "index.html"]
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "index2.html").write_text("the next book")
+    book._install(later, out)  # the next build's files replace these, the user's stay
+    assert (out / "CNAME").exists() and not (out / "index.html").exists() and (out / "index2.html").exists()
+
+
 def test_from_reports_needs_executed_notebooks(tmp_path):
     with pytest.raises(BookError, match="no executed notebooks"):
         book_pages.pages_from_reports(tmp_path)

@@ -461,6 +461,36 @@ def test_notebook_folder_resolution(tmp_path, monkeypatch):
         select_notebooks(list_notebooks(), "09")
 
 
+def test_only_reads_a_number_as_a_lesson_number_and_refuses_an_empty_selector(tmp_path):
+    """The probe's finding: --only 1 picked lessons 10 to 18, --only 2 nothing, --only "" every lesson."""
+    for name in ("01_a", "02_b", "10_c", "11_d", "12_positional"):
+        _write_notebook(tmp_path / f"{name}.ipynb", "pass")
+    notebooks = list_notebooks(tmp_path)
+
+    def stems(sel):
+        return [p.stem for p in select_notebooks(notebooks, sel)]
+
+    assert stems("1") == ["01_a"] and stems("2") == ["02_b"] and stems("10") == ["10_c"] and stems("01") == ["01_a"]
+    assert stems(["1", "12"]) == ["01_a", "12_positional"] and stems("positional") == ["12_positional"]
+    assert stems("02_b") == ["02_b"] and stems(None) == stems([]) == [p.stem for p in notebooks]
+    for empty in ("", " ", ["02", ""]):
+        with pytest.raises(NotebookParameterError, match="is empty"):
+            select_notebooks(notebooks, empty)
+    with pytest.raises(NotebookParameterError, match="matches none"):
+        select_notebooks(notebooks, "0")
+
+
+def test_copying_the_notebooks_onto_their_own_folder_is_refused_even_with_force(tmp_path):
+    from workbench.tools.book.notebooks import NotebookCopyError, copy_notebooks
+
+    _write_notebook(tmp_path / "01_a.ipynb", "x = 1  # the master")
+    before = (tmp_path / "01_a.ipynb").read_bytes()
+    for force in (False, True):
+        with pytest.raises(NotebookCopyError, match="is the folder the notebooks are copied from"):
+            copy_notebooks(tmp_path / ".", directory=tmp_path, force=force)
+    assert (tmp_path / "01_a.ipynb").read_bytes() == before
+
+
 def test_installed_package_finds_its_shipped_notebooks(tmp_path):
     """A package in site-packages (no pyproject.toml beside it) does not take a stray notebooks/ folder there for
     a checkout's (it falls back to its shipped copy; tests/test_packaging.py runs that copy from a wheel)."""

@@ -167,6 +167,7 @@ def test_unknown_site_lists_the_valid_ones(minimal_pair):
         pass
     with pytest.raises(PatchingError, match="unknown site 'enc.resid'"):
         cache_activations(model, clean, tgt, sites=["enc.resid"])
+    assert list(cache_activations(model, clean, tgt, sites="enc.embed").keys()) == ["enc.embed"]  # a name, not letters
     with pytest.raises(PatchingError, match="no heads"):
         Site("enc.0.resid", head=1)
     with pytest.raises(PatchingError, match="position 7 out of range"), patch(model, cache, [("enc.0.resid", 7)]):

@@ -246,3 +246,21 @@ def test_evaluate_and_translate_decode_in_fp32_unless_asked():
         args = sub[command].parse_args(["--checkpoint", "x"])
         assert args.precision == "fp32", command
         assert sub[command].parse_args(["--checkpoint", "x", "--precision", "auto"]).precision == "auto"
+
+
+def test_a_resume_removes_the_snapshots_an_interrupted_run_wrote_after_its_last_epoch(tmp_path, caplog):
+    """The probe's finding: the killed run's later snapshots outnumbered the resumed run's, so pruning deleted the
+    resumed run's own and `average` averaged the abandoned ones. (The resumed run writes those steps again:
+    tests/test_faults.py checks that a resumed run's folder is the uninterrupted run's.)"""
+    from workbench.translation.checkpoint import step_checkpoints
+    from workbench.translation.run_folder import remove_later_snapshots
+
+    for step in (5, 6, 7, 8, 9, 10, 11, 12):
+        (tmp_path / f"ckpt_step{step:07d}.pt").write_bytes(b"snapshot %d" % step)
+    (tmp_path / "ckpt_stepbest.pt").write_bytes(b"a user's own file")
+    with caplog.at_level("WARNING"):
+        remove_later_snapshots(tmp_path, 8)
+    assert [p.name for p in step_checkpoints(tmp_path)] == [f"ckpt_step{s:07d}.pt" for s in (5, 6, 7, 8)]
+    assert (tmp_path / "ckpt_stepbest.pt").exists() and "removed 4 snapshot(s)" in caplog.text
+    remove_later_snapshots(tmp_path, 0)  # no epoch had finished: every snapshot is of the abandoned steps
+    assert step_checkpoints(tmp_path) == [] and (tmp_path / "ckpt_stepbest.pt").exists()

@@ -232,6 +232,8 @@ def cache_activations(model: nn.Module, src: Tensor, tgt: Tensor, sites: Iterabl
         An :class:`ActivationCache`; ``cache.logits`` (B, T, V) are the run's logits.
     """
     known = activation_sites(model)
+    if isinstance(sites, str):  # one name, not its letters
+        sites = [sites]
     wanted = list(known) if sites is None else [_check_name(part, known) for name in sites for part in _expand(name)]
     store: dict[str, Tensor] = {}
     handles = []

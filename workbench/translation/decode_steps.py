@@ -242,6 +242,10 @@ def _check_translate_args(model: Any, tokenizer: Any, sentences: Any, beam: Any,
                             "for a budget sized to the device")
     if isinstance(sentences, str):
         raise InputTextError("translate() takes a list of sentences, got one string: wrap it in a list")
+    if isinstance(sentences, dict | set | frozenset):
+        from workbench.translation.tokenizer import check_texts
+
+        check_texts(sentences)  # refused there, in the words of every text entry point
     if not isinstance(sentences, list | tuple):
         try:
             sentences = list(sentences)

@@ -262,3 +262,19 @@ def check_resume_settings(out: str | Path, settings: dict[str, Any]) -> None:
         raise RunFolderError(f"--resume: the run in {out} was started with {shown}: a resumed run keeps its data, "
                              "tokenizer, model and recipe (only the budget, checkpointing, logging, device and "
                              "precision may change); give its settings, or train a new run in another --out")
+
+
+def remove_later_snapshots(out: Path, step: int) -> None:
+    """Remove the snapshots an interrupted run wrote after ``step``, where the resumed run goes on from (its last
+    finished epoch): left in place they would pass for the newest ones (pruning deleted the resumed run's own,
+    averaging used these). Nothing is lost: a resumed run takes those steps again as it took them (resuming is
+    deterministic), and writes them again."""
+    from workbench.translation.checkpoint import step_checkpoints
+
+    later = [p for p in step_checkpoints(out) if int(p.stem.removeprefix("ckpt_step")) > step]
+    for path in later:
+        path.unlink()
+    if later:
+        log.warning("removed %d snapshot(s) of the interrupted run after step %d (%s to %s): the run resumes from "
+                    "its last finished epoch and takes those steps again", len(later), step, later[0].name,
+                    later[-1].name)

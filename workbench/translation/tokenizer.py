@@ -58,6 +58,12 @@ def check_texts(texts: Sequence[str]) -> list[str]:
     non-string item is refused with an :class:`InputTextError`."""
     if isinstance(texts, str):
         raise InputTextError(f"pass a list of sentences, not one string: wrap it in a list, e.g. [{texts[:30]!r}]")
+    if isinstance(texts, dict):
+        raise InputTextError("pass a list of sentences, not a dict (its keys would be translated): pass "
+                             "list(d.values()) for its values, or list(d) for its keys")
+    if isinstance(texts, (set, frozenset)) or not hasattr(texts, "__iter__"):
+        why = " (a set has no order: translations could not be told apart)" if isinstance(texts, (set, frozenset)) else ""
+        raise InputTextError(f"pass a list of sentences, not {type(texts).__name__} {texts!r:.40}{why}")
     texts = list(texts)
     for i, t in enumerate(texts):
         if not isinstance(t, str):

@@ -204,6 +204,10 @@ def _start(model: nn.Module, tokenizer: Any, train_pairs: Sequence[tuple[str, st
     history, step, start_epoch = History(), 0, 0
     if resume and out is not None and (out / "last.pt").exists():
         history, step, start_epoch = _resume(out / "last.pt", model, optimizer, scheduler, device)
+    if resume and out is not None and rank == 0:
+        from workbench.translation.run_folder import remove_later_snapshots
+
+        remove_later_snapshots(out, step)
     net, pad_multiple = _wrap(model, cfg, distributed, device)
     precision = _choose_precision(model, cfg, device, train_src, train_tgt, pad_id, distributed, history)
     history.precision, history.precision_reason = precision.name, precision.reason

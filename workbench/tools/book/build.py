@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import json
 import logging
 import re
 import shutil
@@ -186,12 +187,44 @@ def _check_out(out: Path) -> None:
         raise BookError(f"{out} exists and is not a book built earlier: choose an empty or new --out folder")
 
 
+MANIFEST = ".workbench-book.json"  # in a built book: the entries the build wrote (all an earlier book's own files)
+
+
 def _clear_out(out: Path) -> None:
-    """Remove an earlier book (a folder with Sphinx's ``.buildinfo``); refuse to touch any other folder."""
+    """Remove an earlier book's own files (those its manifest lists); refuse to touch a folder that is not one."""
     if not out.exists():
         return
     _check_out(out)
-    shutil.rmtree(out)
+    for name in {*_written(out), ".buildinfo", MANIFEST}:
+        _remove(out / name)
+
+
+def _written(out: Path) -> list[str]:
+    """The top-level names an earlier build wrote into ``out`` (none recorded: a book from before the manifest)."""
+    try:
+        names = json.loads((out / MANIFEST).read_text(encoding="utf-8"))["written"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [n for n in names if isinstance(n, str) and n and "/" not in n and n not in (".", "..")]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _install(built: Path, out: Path) -> None:
+    """Put the book built in ``built`` into ``out``: an earlier book's own files replaced, whatever else the folder
+    holds kept (the ``.git`` of a gh-pages worktree, a ``CNAME``, the user's notes), and the new files listed."""
+    _clear_out(out)
+    out.mkdir(parents=True, exist_ok=True)
+    new = sorted(p.name for p in built.iterdir())
+    for name in new:
+        _remove(out / name)  # a user's file of a name the book writes is the book's now
+        shutil.move(str(built / name), str(out / name))
+    (out / MANIFEST).write_text(json.dumps({"written": new}, indent=1), encoding="utf-8")
 
 
 def build_book(
@@ -255,9 +288,7 @@ def build_book(
         # folder, and a failed build leaves an earlier book in place
         built = Path(tmp) / "site"
         warnings = run_sphinx(src, built, Path(tmp) / "doctrees")
-        _clear_out(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(built), str(out))
+        _install(built, out)
     for w in warnings:
         log.warning("sphinx: %s", w)
     return BookResult(out_dir=out, pages=pages, run_seconds=round(run_seconds, 2),

@@ -104,19 +104,27 @@ def list_notebooks(directory: str | Path | None = None) -> list[Path]:
 
 
 def select_notebooks(notebooks: Sequence[Path], only: str | Sequence[str] | None) -> list[Path]:
-    """Keep the notebooks whose number or name matches ``only`` (``"02"``, ``"02_scaled"``, ``"positional"``).
+    """Keep the notebooks whose number or name matches ``only`` (``"02"`` or ``"2"``, ``"02_scaled"``,
+    ``"positional"``): a number is a lesson number, a name is matched whole, as a prefix ending at ``_``, or, from
+    three characters on, anywhere in the name.
 
     Raises:
         NotebookParameterError: a selector that matches no notebook.
     """
-    if not only:
+    if only is None or (not isinstance(only, str) and len(only) == 0):
         return list(notebooks)
     wanted = [only] if isinstance(only, str) else list(only)
     chosen: list[Path] = []
     for sel in wanted:
         sel = str(sel).strip()
-        hits = [p for p in notebooks if p.stem == sel or p.stem.startswith(f"{sel}_") or p.stem.startswith(sel)
-                or (len(sel) > 2 and sel in p.stem)]
+        if not sel:
+            raise NotebookParameterError("--only '' is empty: give a lesson number such as '02' or part of a "
+                                         "name (an unset shell variable?)")
+        if sel.isdigit():  # a lesson number: 1 is lesson 01, never the lessons 10 to 19
+            hits = [p for p in notebooks if p.stem[:2].isdigit() and int(p.stem[:2]) == int(sel)]
+        else:
+            hits = [p for p in notebooks if p.stem == sel or p.stem.startswith(f"{sel}_")
+                    or (len(sel) > 2 and sel in p.stem)]
         if not hits:
             raise NotebookParameterError(
                 f"--only {sel!r} matches none of {[p.stem for p in notebooks]}: use a number such as "
@@ -157,6 +165,9 @@ def copy_notebooks(
     folder = Path(target).expanduser()
     if folder.exists() and not folder.is_dir():
         raise NotebookCopyError(f"{folder} is a file, not a folder: give a folder to copy the notebooks into")
+    if sources and folder.exists() and folder.resolve() == sources[0].parent.resolve():
+        raise NotebookCopyError(f"{folder} is the folder the notebooks are copied from: nothing was copied (with "
+                                "--force they would overwrite themselves); choose another folder")
     clashes = [folder / f.name for f in sources if (folder / f.name).exists()]
     if clashes and not force:
         names = ", ".join(p.name for p in clashes[:4]) + (f" and {len(clashes) - 4} more" if len(clashes) > 4 else "")

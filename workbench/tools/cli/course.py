@@ -131,7 +131,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     logging.getLogger("papermill").setLevel(logging.ERROR)
     _check_grade_options(args)
     limits = Limits(memory_bytes=int(args.memory_gb * 2**30))
-    only = tuple(o[:2] for o in args.only or ())
+    if any(not o.strip() for o in args.only or ()):
+        raise WorkbenchError("--only '' is empty: give a lesson number such as 05 (an unset shell variable?)")
+    only = tuple(f"{int(o):02d}" if o.strip().isdigit() else o.strip()[:2] for o in args.only or ())  # 5 is 05
     opts = GradeOptions(mode="checks" if args.checks_only else "full", smoke=args.smoke,
                         seed="student" if args.seed_from_student else args.seed, timeout=args.timeout,
                         limits=limits, jobs=args.jobs or default_jobs(), only=only)
