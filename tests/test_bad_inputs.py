@@ -434,6 +434,13 @@ def _k01(tmp_path, mp, fr):
     return _train_argv(run, data)
 
 
+@cli_case("train --out . inside a finished run", r"already holds a run: pass --resume")
+def _k01b(tmp_path, mp, fr):
+    run, data = _copy_run(fr, tmp_path)
+    mp.chdir(run)
+    return _train_argv(Path("."), data)
+
+
 @cli_case("train --resume on an empty folder", r"--resume: .* holds no run to resume .*drop --resume")
 def _k02(tmp_path, mp, fr):
     (tmp_path / "empty").mkdir()

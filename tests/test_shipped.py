@@ -111,6 +111,16 @@ def test_shipped_model_is_small_verified_and_loads(name):
             assert 0 < s["bleu"] < 100 and 0 < s["chrf"] < 100
 
 
+def test_a_built_folder_without_its_card_keeps_its_languages(tmp_path):
+    """The probe's finding: a fr-de folder without card.json (an interrupted build) was evaluated as de-en."""
+    from workbench.tools.release import export_weights
+    from workbench.translation.shipped import load_any
+
+    model, tok, _ = pretrained("small-de-en")
+    export_weights(model, tok, tmp_path / "built", "fr", "de")
+    assert load_any(tmp_path / "built")[2]["extra"] == {"src_lang": "fr", "tgt_lang": "de"}
+
+
 @pytest.mark.parametrize("filename", ["model.safetensors", "tokenizer.json"])
 def test_corrupted_copy_of_the_shipped_model_is_refused_and_left_untouched(tmp_path, filename):
     source = Path(wb.shipped.WEIGHTS_DIR) / "small-de-en"

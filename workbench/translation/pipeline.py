@@ -77,7 +77,7 @@ def train_translation(run: RunConfig, out_dir: str | Path = "runs/small", resume
         raise ConfigError(f"train_translation takes a RunConfig, got {type(run).__name__}: build one with "
                           "RunConfig.from_flat(...) or workbench.recipe('cpu-small', ...)")
     cfg = run.train
-    out = Path(out_dir)
+    out = Path(os.path.abspath(Path(out_dir).expanduser()))  # "." and ".." named: --overwrite may move them aside
     writer = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     mode = (run_folder.plan(out, resume=resume, overwrite=overwrite, restart=restart) if writer
             else "resume" if resume else "new")

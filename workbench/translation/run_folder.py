@@ -101,7 +101,7 @@ def plan(out: str | Path, resume: bool = False, overwrite: bool = False, restart
             is, or where it would start again over the run's files; a run is there and neither ``--resume`` nor
             ``--overwrite`` was given; another training holds it.
     """
-    out = check_writable_folder(out)
+    out = Path(os.path.abspath(check_writable_folder(out)))  # "." and ".." by their names (the aside name needs one)
     if resume and overwrite:
         raise RunFolderError("--resume and --overwrite exclude each other: --resume continues the run in --out, "
                              "--overwrite moves it aside and starts a new one")

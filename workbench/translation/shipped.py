@@ -191,7 +191,10 @@ def load_any(spec: str | Path, device: str | torch.device = "cpu") -> tuple[nn.M
         model, tokenizer = load_folder(folder, device=device)
         card_file = folder / "card.json"
         card = json.loads(card_file.read_text(encoding="utf-8")) if card_file.is_file() else None
-        extra = {"src_lang": card["src_lang"], "tgt_lang": card["tgt_lang"]} if card else {}
+        # the languages from its card, else from its config.json (a folder without a card is not de-en by default)
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        langs = card or config
+        extra = {k: langs[k] for k in ("src_lang", "tgt_lang") if isinstance(langs.get(k), str)}
         return model, tokenizer, {"card": card, "extra": extra, "source": str(folder)}
     path = resolve_checkpoint(spec)
     model, tokenizer, state = load_model(path, device=device)
