@@ -58,9 +58,10 @@ def paired_verdict_statistics(base, variant, direction, factor=2.0):
     return mean, margin, "opposite" if direction * mean < -margin else "within noise"
 
 
-def average_with_torch_mean(sds):
-    """torch.mean accumulates a bfloat16 tensor in float32: the same rounded result as a float64 sum."""
-    return {k: torch.stack([sd[k].to(sds[-1][k].dtype) for sd in sds]).mean(0) for k in sds[-1]}
+def average_by_stacking_in_float64(sds):
+    """One stacked float64 tensor and its mean, not a running sum. (torch.mean in the checkpoints' own float32 was
+    listed here as right: the case 1e8, 1, -1e8 shows it loses the 1, where the prompt asks for a float64 sum.)"""
+    return {k: torch.stack([sd[k].double() for sd in sds]).mean(0).to(sds[-1][k].dtype) for k in sds[-1]}
 
 
 def padding_stats_by_batch(batches, *lengths):
@@ -117,7 +118,7 @@ RIGHT = [
     ("13.integrated_gradients", integrated_gradients_plain),
     ("12.paired_verdict", paired_verdict_float32),
     ("12.paired_verdict", paired_verdict_statistics),
-    ("07.average_checkpoints", average_with_torch_mean),
+    ("07.average_checkpoints", average_by_stacking_in_float64),
     ("08.padding_stats", padding_stats_by_batch),
     ("09.brevity_penalty", brevity_penalty_float32),
     ("11.path_length", path_length_by_counting),
