@@ -205,3 +205,13 @@ def test_remove_tree_removes_a_tree_too_deep_for_rmtree(tmp_path):
                     "i=$((i+1)); done"], cwd=tmp_path, check=True)
     sandbox.remove_tree(top)
     assert not top.exists()
+
+
+def test_a_world_writable_folder_holding_the_runs_own_folder_is_not_hidden(tmp_path, monkeypatch):
+    """With TMPDIR on a world-writable folder other than /tmp, hiding that folder would hide the run's own folder
+    before it is bound to /tmp (and every run would fail); the others are hidden."""
+    shared, other = tmp_path / "scratch", tmp_path / "lock"
+    monkeypatch.setattr(sandbox, "world_writable", lambda: (shared, other))
+    lines = sandbox._mount_script(shared / "workbench-grade-1" / "run", [], []).splitlines()
+    hidden = [line for line in lines if line.startswith("mount -t tmpfs")]
+    assert any(str(other) in line for line in hidden) and not any(str(shared) + " " in line + " " for line in hidden)

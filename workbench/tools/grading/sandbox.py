@@ -99,7 +99,6 @@ class Isolation:
         if self.own_disk:
             parts.append("its folder a tmpfs of fixed size (it cannot fill the grader's disk)")
         return "; ".join(parts)
-        return "; ".join(parts)
 
 
 def _works(argv: Sequence[str]) -> bool:
@@ -200,6 +199,8 @@ def _mount_script(work: Path, hide: Sequence[Path], keep: Sequence[Path]) -> str
             if folder.is_dir() and any(path in folder.parents for path in kept):
                 lines.append(f"mount -t tmpfs -o size=64k,mode=755,ro none {q(str(folder))}")
     for folder in world_writable():  # e.g. /run/lock: files written there would outlive the run
+        if folder == work or folder in work.parents:  # a TMPDIR elsewhere than /tmp holds the run's own folder
+            continue
         lines.append(f"mount -t tmpfs -o size=64k,mode=755,ro none {q(str(folder))} || true")
     lines += [f"mount --bind {q(str(work))} /var/tmp", f"mount --bind {q(str(work))} /dev/shm",
               f"mount --bind {q(str(work))} /tmp"]
