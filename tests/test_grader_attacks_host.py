@@ -24,34 +24,24 @@ from workbench.tools.grading import grader, sandbox
 from workbench.tools.grading.gradebook import spreadsheet_safe, write_gradebook
 
 SECRET = "INSTRUCTOR-SECRET-7f3a"
-# swaps every file the grader once read by name for a link to a root-only file, then makes the worker crash
-LEAK = """
-import os
-class _Leak:
-    for _name in ("/tmp/.output", "/tmp/exec.json"):
-        try:
-            os.remove(_name)
-        except OSError:
-            pass
-        os.symlink({secret!r}, _name)
-    os.makedirs("/tmp/locked", exist_ok=True)
+def _swap(make: str, then: str = "") -> str:
+    """Student code that replaces every file the grader once read by name with ``make`` (a statement on ``_name``),
+    then runs ``then``."""
+    return ("import os\nclass _Swap:\n    for _name in ('/tmp/.output', '/tmp/exec.json'):\n        try:\n"
+            "            os.remove(_name)\n        except OSError:\n            pass\n"
+            f"        {make}\n{then}")
+
+
+# makes the worker crash on a child file it cannot open (a link into a folder of mode 0)
+CRASH = """    os.makedirs("/tmp/locked", exist_ok=True)
     os.chmod("/tmp/locked", 0)
     for _k in range(4):
         try:
-            os.symlink("/tmp/locked/x", f"/tmp/child-{{_k}}.pt")
+            os.symlink("/tmp/locked/x", f"/tmp/child-{_k}.pt")
         except OSError:
             pass
 """
-FIFO = """
-import os
-class _Fifo:
-    for _name in ("/tmp/.output", "/tmp/exec.json"):
-        try:
-            os.remove(_name)
-        except OSError:
-            pass
-        os.mkfifo(_name)
-"""
+FIFO = _swap("os.mkfifo(_name)")
 DEEP = """
 import os
 class _Deep:
@@ -110,7 +100,7 @@ def graded(tmp_path_factory):
     cls = root / "class"
     right = solutions()
     student(cls / "a-honest", right)
-    student(cls / "leak", extra=LEAK.format(secret=str(secret)))
+    student(cls / "leak", extra=_swap(f"os.symlink({str(secret)!r}, _name)", CRASH))  # a link to a root-only file
     student(cls / "fifo", extra=FIFO)
     student(cls / "deep", extra=DEEP)
     student(cls / "fill", extra=FILL.format(folders=[str(p) for p in sandbox.world_writable()]))
